@@ -1,0 +1,160 @@
+"""Capture: nn.Module + example inputs -> the pre-grad FX GraphModule Optimus works on.
+
+Default (``method="dynamo"``): the graph Dynamo hands a ``torch.compile`` backend —
+torch IR (``torch._C._nn.linear``, ``F.layer_norm``, ``torch.split`` ...), parameters
+lifted to placeholders, every node carrying ``example_value`` (FakeTensor),
+``stack_trace`` and ``nn_module_stack``. This is the graph upstream's
+``pre_grad_passes`` sees. Graph breaks are reported — how many graphs and why — and
+the caller chooses which graph to optimise; none is dropped silently.
+
+``method="symbolic"``: ``torch.fx`` symbolic tracing (through nn modules, so
+``nn.Linear`` becomes ``F.linear``) followed by FakeTensor propagation for shapes.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import GraphModule
+
+METHODS = ("dynamo", "symbolic")
+
+
+class CaptureError(RuntimeError):
+    """The model could not be captured (Dynamo or FX tracing raised, or no graph came out)."""
+
+
+@dataclass
+class Captured:
+    """A captured model.
+
+    ``gm`` is the chosen graph (``graph_index`` of ``graphs``), ``example_inputs`` the real
+    tensors for its placeholders (user inputs, then lifted parameters and buffers, as
+    Dynamo passes them). ``breaks`` holds one reason per graph break; ``seconds`` is the
+    capture wall time (s).
+    """
+
+    gm: GraphModule
+    example_inputs: tuple
+    graphs: list[tuple[GraphModule, tuple]] = field(default_factory=list)
+    graph_index: int = 0
+    breaks: list[str] = field(default_factory=list)
+    method: str = "dynamo"
+    seconds: float = 0.0
+
+    def info(self) -> dict:
+        """Plain-data summary stored in the Trace (``trace.capture``)."""
+        return {"method": self.method, "graphs": len(self.graphs), "graph_index": self.graph_index,
+                "graph_nodes": [len(g.graph.nodes) for g, _ in self.graphs], "breaks": self.breaks,
+                "seconds": round(self.seconds, 3), "torch": torch.__version__}
+
+    def summary(self) -> str:
+        """One line for humans, naming the graph breaks if there are any."""
+        n = len(self.graphs)
+        base = f"captured {len(self.gm.graph.nodes)} nodes with {self.method} in {self.seconds:.2f} s"
+        if n <= 1:
+            return base
+        reasons = "; ".join(self.breaks[:3]) + (" ..." if len(self.breaks) > 3 else "")
+        return (f"{base}: the model splits into {n} graphs ({len(self.breaks)} graph break(s): {reasons}); "
+                f"showing graph {self.graph_index + 1} of {n}")
+
+
+def capture(model: torch.nn.Module, example_inputs: tuple, method: str = "dynamo",
+            graph_index: int | None = None) -> Captured:
+    """Capture ``model`` on ``example_inputs``.
+
+    With graph breaks, ``graph_index`` picks the graph (default: the one with the most
+    nodes). Raises CaptureError with the tracer's message when the model cannot be
+    captured, and ValueError for an unknown ``method`` or an out-of-range ``graph_index``.
+    """
+    if method not in METHODS:
+        raise ValueError(f"capture method must be one of {METHODS}, not {method!r}")
+    if not isinstance(example_inputs, tuple):
+        example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
+    t0 = time.perf_counter()
+    if method == "symbolic":
+        graphs, breaks = [_symbolic(model, example_inputs)], []
+    else:
+        graphs, breaks = _dynamo(model, example_inputs)
+    if not graphs:
+        raise CaptureError("Dynamo produced no graph: the model has no tensor operations to capture")
+    if graph_index is None:
+        graph_index = max(range(len(graphs)), key=lambda i: len(graphs[i][0].graph.nodes))
+    if not 0 <= graph_index < len(graphs):
+        raise ValueError(f"graph_index {graph_index} is outside 0..{len(graphs) - 1}")
+    gm, ex = graphs[graph_index]
+    return Captured(gm, ex, graphs, graph_index, breaks, method, time.perf_counter() - t0)
+
+
+def _dynamo(model, inputs) -> tuple[list, list[str]]:
+    import torch._dynamo
+
+    graphs: list[tuple[GraphModule, tuple]] = []
+
+    def backend(gm: GraphModule, ex):
+        graphs.append((gm, tuple(ex)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend=backend, dynamic=False)(*inputs)
+    except Exception as e:  # noqa: BLE001 - turned into a specific, explained error
+        raise CaptureError(f"Dynamo could not capture {type(model).__name__}: {type(e).__name__}: "
+                           f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
+    finally:
+        torch._dynamo.reset()
+    breaks: list[str] = []
+    if len(graphs) > 1:
+        breaks = _break_reasons(model, inputs) or [f"{len(graphs) - 1} break(s); Dynamo gave no reason"]
+    return graphs, breaks
+
+
+def _break_reasons(model, inputs) -> list[str]:
+    import torch._dynamo
+
+    try:
+        with torch.no_grad():
+            out = torch._dynamo.explain(model)(*inputs)
+    except Exception as e:  # noqa: BLE001
+        return [f"(reasons unavailable: explain raised {type(e).__name__})"]
+    finally:
+        torch._dynamo.reset()
+    reasons = []
+    for br in out.break_reasons:
+        where = ""
+        if br.user_stack:
+            fr = br.user_stack[-1]
+            where = f" at {fr.filename.rsplit('/', 1)[-1]}:{fr.lineno}"
+        reasons.append(f"{br.reason.strip().splitlines()[0]}{where}")
+    return reasons
+
+
+class _IntoModules(torch.fx.Tracer):
+    """Traces through every nn.Module, so nn.Linear appears as F.linear as under Dynamo."""
+
+    def is_leaf_module(self, m, qualname):  # noqa: D401
+        return False
+
+
+def _symbolic(model, inputs) -> tuple[GraphModule, tuple]:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    tracer = _IntoModules()
+    tracer.record_stack_traces = True
+    try:
+        graph = tracer.trace(model)
+    except Exception as e:  # noqa: BLE001
+        raise CaptureError(f"symbolic tracing failed for {type(model).__name__}: {type(e).__name__}: {e}") from e
+    gm = GraphModule(tracer.root, graph, type(model).__name__)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    try:
+        FakeTensorProp(gm, mode).propagate(*inputs)
+    except Exception as e:  # noqa: BLE001
+        raise CaptureError(f"shape propagation failed: {type(e).__name__}: {e}") from e
+    for n in gm.graph.nodes:
+        if "val" in n.meta:
+            n.meta["example_value"] = n.meta["val"]
+    return gm, tuple(inputs)

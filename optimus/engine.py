@@ -1,0 +1,261 @@
+"""Run a pipeline of passes over a GraphModule; every applied match is one recorded Step.
+
+A **Pass** is an ordered list of patterns run greedily to a fixed point (at most
+``max_iterations`` sweeps). A BatchPattern pass sweeps roots in reverse order and fuses
+the independent groups :mod:`optimus.search` finds; a RewritePattern pass tries its
+patterns at every anchor node, last node first (as Inductor's ``PatternMatcherPass``).
+A **Pipeline** is an ordered list of passes, each of which can be switched off.
+
+The graph stays topologically valid after every step (:class:`GraphIndex.repair`);
+with ``verify="step"`` it is linted and run after every step.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from optimus import verify as _verify
+from optimus.pattern import BatchPattern, Miss, Pattern, RewritePattern, SearchOptions
+from optimus.record import recording, snapshot_graph
+from optimus.search import GraphIndex, fusion_candidates, independent_subsets
+from optimus.trace import Step, Trace, VerifyResult
+
+VERIFY_MODES = ("step", "end", "off")
+
+
+class PatternError(RuntimeError):
+    """A pattern raised while matching or rewriting. Carries the pass, pattern and site;
+    the graph is left as it was before the failing step's rewrite began only when the
+    exception came from matching (a half-done rewrite cannot be undone in place)."""
+
+    def __init__(self, pass_name: str, pattern: str, site: list[str], cause: BaseException):
+        self.pass_name, self.pattern, self.site, self.cause = pass_name, pattern, site, cause
+        super().__init__(f"pattern {pattern!r} in pass {pass_name!r} raised at "
+                         f"{', '.join(site[:6]) or 'no site'}: {type(cause).__name__}: {cause}")
+
+
+@dataclass
+class Pass:
+    """A named, ordered list of patterns run greedily to a fixed point.
+
+    ``options`` overrides the search options of its BatchPatterns (upstream's per-fusion
+    entry in ``pre_grad_fusion_options``)."""
+
+    name: str
+    patterns: list[Pattern]
+    options: SearchOptions | None = None
+    max_iterations: int = 10
+    description: str = ""
+
+    def to_json(self, enabled: bool = True) -> dict:
+        return {"name": self.name, "enabled": enabled, "patterns": [p.name for p in self.patterns],
+                "options": dict(self.options.__dict__) if self.options else {},
+                "description": self.description}
+
+
+@dataclass
+class Pipeline:
+    """Ordered passes; ``disabled`` names the ones switched off."""
+
+    passes: list[Pass]
+    disabled: set[str] = field(default_factory=set)
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.passes]
+
+    def enabled(self) -> list[Pass]:
+        return [p for p in self.passes if p.name not in self.disabled]
+
+    def only(self, names: list[str]) -> "Pipeline":
+        """The same passes with all but ``names`` disabled. Raises KeyError on an unknown name."""
+        unknown = [n for n in names if n not in self.names()]
+        if unknown:
+            raise KeyError(f"unknown pass(es) {', '.join(unknown)}; known: {', '.join(self.names())}")
+        return Pipeline(self.passes, {p for p in self.names() if p not in names})
+
+
+@dataclass
+class RunOptions:
+    """``verify``: "step" (lint + run after every step), "end" (once after the pipeline),
+    or "off". ``record``: build step deltas (off for timing the search alone).
+    ``grads``: compare gradients too. ``keep_stages``: keep a copy of the graph after
+    each enabled pass (for per-pass timing)."""
+
+    verify: str = "end"
+    record: bool = True
+    grads: bool = False
+    keep_stages: bool = False
+
+    def __post_init__(self):
+        if self.verify not in VERIFY_MODES:
+            raise ValueError(f"verify must be one of {VERIFY_MODES}, not {self.verify!r}")
+
+
+def copy_graph_module(gm: GraphModule) -> GraphModule:
+    """A new GraphModule over a copy of ``gm``'s graph (node meta copied shallowly, so
+    FakeTensors are shared, not cloned). O(nodes)."""
+    g = Graph()
+    g._codegen = gm.graph._codegen
+    rv, out = g.graph_copy(gm.graph, {}, return_output_node=True)
+    g.output(rv, type_expr=getattr(out, "type", None))
+    return GraphModule(gm, g)
+
+
+class Engine:
+    """Runs ``pipeline`` over ``gm`` (mutated in place) and records a :class:`Trace`.
+
+    ``example_inputs`` are real tensors in the GraphModule's placeholder order; the
+    original graph's outputs on them are the reference for verification.
+
+    Use :meth:`run` for the finished Trace, or iterate :meth:`steps` to see each Step
+    as it is applied (the app does this for its progress bar).
+    """
+
+    def __init__(self, gm: GraphModule, example_inputs: tuple, pipeline: Pipeline,
+                 options: RunOptions | None = None, model_name: str = "", capture_info: dict | None = None):
+        self.gm = gm
+        self.inputs = tuple(example_inputs)
+        self.pipeline = pipeline
+        self.opts = options or RunOptions()
+        self.trace = Trace(model=model_name, initial_graph=snapshot_graph(gm.graph) if self.opts.record else snapshot_graph(Graph()),
+                           passes=[p.to_json(p.name not in pipeline.disabled) for p in pipeline.passes],
+                           capture=capture_info or {})
+        self.index = GraphIndex(gm.graph)
+        self.stages: list[tuple[str, GraphModule]] = []
+        self._ref = None
+        if self.opts.verify != "off":
+            self._ref = _verify.reference(gm, self.inputs, self.opts.grads)
+        if self.opts.keep_stages:
+            self.stages.append(("baseline", copy_graph_module(gm)))
+        self._key_cache: dict[Node, object] = {}
+        self.pass_seconds: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ public
+    def run(self) -> Trace:
+        """Apply every enabled pass; returns the Trace. Raises PatternError if a pattern raises."""
+        for _ in self.steps():
+            pass
+        return self.trace
+
+    def steps(self) -> Iterator[Step]:
+        """Apply the pipeline, yielding each Step right after it is applied."""
+        for p in self.pipeline.enabled():
+            t0 = time.perf_counter()
+            yield from self._run_pass(p)
+            self.pass_seconds[p.name] = time.perf_counter() - t0
+            if self.opts.keep_stages:
+                self.stages.append((p.name, copy_graph_module(self.gm)))
+        self.gm.recompile()
+        if self.opts.verify == "end" or (self.opts.verify == "step" and not self.trace.steps):
+            self.trace.final_verify = self._check()
+        elif self.opts.verify == "step":
+            self.trace.final_verify = self.trace.steps[-1].verify
+
+    # ------------------------------------------------------------------ passes
+    def _run_pass(self, p: Pass) -> Iterator[Step]:
+        for _ in range(p.max_iterations):
+            changed = False
+            for pattern in p.patterns:
+                if isinstance(pattern, BatchPattern):
+                    gen = self._sweep_batch(p, pattern)
+                else:
+                    gen = self._sweep_rewrite(p, pattern)
+                for step in gen:
+                    changed = True
+                    yield step
+            if not changed:
+                return
+
+    def _key(self, pattern: BatchPattern, n: Node):
+        k = self._key_cache.get(n, self._key_cache)
+        if k is self._key_cache:
+            k = pattern.key(n)
+            self._key_cache[n] = k
+        return k
+
+    def _sweep_batch(self, p: Pass, pattern: BatchPattern) -> Iterator[Step]:
+        opts = p.options or pattern.options
+        self._key_cache = {}
+        key = lambda n: self._key(pattern, n)  # noqa: E731
+        node = self.gm.graph.output_node()
+        t_match = time.perf_counter()
+        while node.op != "root":
+            try:
+                buckets = fusion_candidates(node, key, opts.max_fuse_search_depth)
+            except Exception as e:  # noqa: BLE001
+                raise PatternError(p.name, pattern.name, [node.name], e) from e
+            for nodes in buckets.values():
+                if len(nodes) < opts.min_fuse_set_size:
+                    continue
+                for subset in independent_subsets(nodes, self.index, opts):
+                    match_s = time.perf_counter() - t_match
+                    yield self._apply(p, pattern, subset, lambda s=subset: pattern.fuse(self.gm.graph, s), match_s)
+                    t_match = time.perf_counter()
+            node = node.prev
+
+    def _sweep_rewrite(self, p: Pass, pattern: RewritePattern) -> Iterator[Step]:
+        anchors = pattern.anchors
+        t_match = time.perf_counter()
+        for node in reversed(list(self.gm.graph.nodes)):
+            if node._erased:
+                continue
+            if anchors and (node.target if node.op in ("call_function", "call_method") else None) not in anchors:
+                continue
+            try:
+                m = pattern.match(node)
+            except Exception as e:  # noqa: BLE001
+                raise PatternError(p.name, pattern.name, [node.name], e) from e
+            if m is None or isinstance(m, Miss):
+                continue
+            match_s = time.perf_counter() - t_match
+            yield self._apply(p, pattern, m.nodes, lambda m=m: pattern.rewrite(self.gm.graph, m), match_s)
+            t_match = time.perf_counter()
+
+    # ------------------------------------------------------------------ one step
+    def _apply(self, p: Pass, pattern: Pattern, site: list[Node], do: Callable[[], None], match_s: float) -> Step:
+        site_names = [n.name for n in site]
+        t0 = time.perf_counter()
+        with recording(self.gm) as rec:
+            try:
+                do()
+            except Exception as e:  # noqa: BLE001
+                raise PatternError(p.name, pattern.name, site_names, e) from e
+        created = rec.created_alive()
+        self.index.update(created, rec.erased, rec.rewired)
+        for n in [*created, *rec.rewired, *(i for c in created for i in c.all_input_nodes)]:
+            self._key_cache.pop(n, None)
+        for n in rec.erased:
+            self._key_cache.pop(n, None)
+        rewrite_s = time.perf_counter() - t0
+        delta = rec.delta() if self.opts.record else None
+        step = Step(
+            index=len(self.trace.steps) + 1, pass_name=p.name, pattern=pattern.name, sites=site_names,
+            created=[n.name for n in created],
+            erased=[n.name for n in rec.erased if n not in set(rec.created)],
+            replaced=dict(rec.replaced), delta=delta, match_s=match_s, rewrite_s=rewrite_s,
+            nodes_after=len(self.gm.graph.nodes),
+        )
+        if self.opts.verify == "step":
+            step.verify = self._check()
+        self.trace.steps.append(step)
+        return step
+
+    def _check(self) -> VerifyResult:
+        if self._ref is None:
+            return VerifyResult(None, checked="off")
+        return _verify.check(self.gm, self.inputs, self._ref, self.opts.grads)
+
+
+def run_pipeline(gm: GraphModule, example_inputs: tuple, pipeline: Pipeline | None = None,
+                 options: RunOptions | None = None, model_name: str = "") -> Trace:
+    """Convenience: run ``pipeline`` (default: :func:`optimus.passes.default_pipeline`)
+    over ``gm`` in place and return the Trace."""
+    if pipeline is None:
+        from optimus.passes import default_pipeline
+
+        pipeline = default_pipeline()
+    return Engine(gm, example_inputs, pipeline, options, model_name).run()

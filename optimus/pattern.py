@@ -1,0 +1,165 @@
+"""Patterns: the two kinds (horizontal BatchPattern, vertical RewritePattern) and their registry.
+
+A pattern that does not match a node says why: ``key``/``match`` return a
+:class:`Miss` carrying a short reason naming the failed condition (MLIR's
+``notifyMatchFailure``), which the CLI's ``optimus why`` and the app's pattern view show.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Hashable, Iterable
+
+from torch.fx import Graph, Node
+
+
+class Miss(str):
+    """Why a pattern does not apply at a node: a short reason, e.g. ``"input is not 2-D"``.
+
+    A ``str`` subclass so patterns can ``return Miss("...")`` cheaply in the hot path.
+    """
+
+
+def is_miss(x: Any) -> bool:
+    return x is None or isinstance(x, Miss)
+
+
+@dataclass
+class Match:
+    """What a RewritePattern found: the anchor node, every node of the site, and any
+    values the rewrite needs (``info``)."""
+
+    anchor: Node
+    nodes: list[Node]
+    info: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Greedy search options; defaults as upstream's ``default_graph_search_options``
+    (torch/_inductor/fx_passes/group_batch_fusion.py): fuse groups of 5..300 nodes
+    found within 5 producer hops of a root."""
+
+    min_fuse_set_size: int = 5
+    max_fuse_set_size: int = 300
+    max_fuse_search_depth: int = 5
+
+    def replace(self, **kw) -> "SearchOptions":
+        known = {k: v for k, v in kw.items() if k in self.__dataclass_fields__}
+        return SearchOptions(**{**self.__dict__, **known})
+
+
+class Pattern:
+    """Base of both kinds. Subclasses set ``name``, ``description`` (one line) and
+    ``preconditions`` (words); ``source`` ("path:line" where the class is defined) is
+    filled in by :func:`register`."""
+
+    name: str = ""
+    description: str = ""
+    preconditions: tuple[str, ...] = ()
+    upstream: str = ""  # the upstream pass it mirrors, e.g. "PreGradBatchLinearFusion"
+    source: str = ""
+    kind: str = ""
+
+
+class BatchPattern(Pattern):
+    """Horizontal fusion: ``key(node)`` says which group a node may fuse with (or why it
+    cannot, as a :class:`Miss`); ``fuse(graph, nodes)`` rewrites one independent group.
+
+    ``fuse`` may insert its nodes anywhere; the engine moves them (and rewired users)
+    forward to keep the graph topologically valid. It must rewire uses with
+    ``replace_all_uses_with`` and erase the fused nodes.
+    """
+
+    kind = "batch"
+    options = SearchOptions()
+
+    def key(self, node: Node) -> Hashable | Miss:
+        raise NotImplementedError
+
+    def fuse(self, graph: Graph, nodes: list[Node]) -> None:
+        raise NotImplementedError
+
+
+class RewritePattern(Pattern):
+    """Vertical rewrite: ``match(node)`` returns a :class:`Match` anchored at ``node``
+    (or a :class:`Miss`); ``rewrite(graph, match)`` replaces it.
+
+    ``anchors`` (targets, or method names for call_method) lets the engine skip nodes
+    that cannot anchor a match without calling ``match``; empty means every node.
+    """
+
+    kind = "rewrite"
+    anchors: frozenset = frozenset()
+
+    def match(self, node: Node) -> Match | Miss:
+        raise NotImplementedError
+
+    def rewrite(self, graph: Graph, match: Match) -> None:
+        raise NotImplementedError
+
+
+REGISTRY: dict[str, Pattern] = {}
+
+
+def _where(obj: Any) -> str:
+    try:
+        file = inspect.getsourcefile(obj)
+        _, line = inspect.getsourcelines(obj)
+    except (TypeError, OSError):
+        return ""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        file = str(Path(file).resolve().relative_to(root))
+    except ValueError:
+        pass
+    return f"{file}:{line}"
+
+
+def register(cls_or_obj):
+    """Class decorator (or call on an instance): instantiate, record its source
+    location, and add it to ``REGISTRY`` under its ``name``.
+
+    Raises ValueError if the name is empty or already taken by another pattern.
+    """
+    obj = cls_or_obj() if isinstance(cls_or_obj, type) else cls_or_obj
+    if not obj.name:
+        raise ValueError(f"{cls_or_obj!r} has no name")
+    prev = REGISTRY.get(obj.name)
+    if prev is not None and type(prev) is not type(obj):
+        raise ValueError(f"pattern name {obj.name!r} is already registered by {prev.source}")
+    obj.source = obj.source or _where(type(obj) if not isinstance(cls_or_obj, type) else cls_or_obj)
+    REGISTRY[obj.name] = obj
+    return cls_or_obj
+
+
+def get(name: str) -> Pattern:
+    """The registered pattern ``name``; KeyError listing the known names otherwise."""
+    import optimus.passes  # noqa: F401  (registers the shipped patterns)
+
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown pattern {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+
+
+def all_patterns() -> list[Pattern]:
+    import optimus.passes  # noqa: F401
+
+    return list(REGISTRY.values())
+
+
+def why_not(pattern: Pattern, node: Node) -> str | None:
+    """None if ``pattern`` could apply at ``node``, else the reason it cannot."""
+    r = pattern.key(node) if isinstance(pattern, BatchPattern) else pattern.match(node)
+    if r is None:
+        return "no match"
+    return str(r) if isinstance(r, Miss) else None
+
+
+def targets_text(targets: Iterable[Any]) -> str:
+    out = []
+    for t in targets:
+        out.append(t if isinstance(t, str) else f"{getattr(t, '__module__', '') or ''}.{getattr(t, '__name__', t)}".lstrip("."))
+    return ", ".join(out)

@@ -1,0 +1,346 @@
+"""The Trace data model: an initial GraphSnapshot plus one delta per applied Step.
+
+Everything here is plain data (str, int, float, list, dict): no torch objects, so a
+trace saved by the CLI opens in the app, and any step's before/after graph is rebuilt
+by replaying deltas from the initial snapshot (or from the nearest in-memory
+checkpoint), keeping the trace O(graph + changes) instead of O(graph x steps).
+
+JSON layout (``format_version`` 1)::
+
+    {"format_version": 1, "model": str, "nodes_before": int, "nodes_after": int,
+     "passes": [{"name", "enabled", "patterns": [...], "options": {...}}],
+     "capture": {...}, "initial_graph": {"nodes": [NodeRecord...]},
+     "steps": [{"index", "pass", "pattern", "sites", "created", "erased", "replaced",
+                "delta": {"upsert": [NodeRecord...], "remove": [name...]},
+                "match_s", "rewrite_s", "nodes_after", "verify": {...} | null}]}
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+FORMAT_VERSION = 1
+CHECKPOINT_EVERY = 32
+
+
+class TraceFormatError(ValueError):
+    """A trace file that is not valid JSON, or not a trace of a supported format version."""
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+@dataclass
+class NodeRecord:
+    """One FX node as plain data.
+
+    ``args``/``kwargs`` keep the node's arguments with node references written as
+    ``{"node": name}``; ``inputs`` lists the referenced node names in argument order
+    (the graph's edges). ``shape`` is the output shape (``list[int]``), or a list of
+    shapes for tuple outputs such as split/unbind; symbolic sizes are strings.
+    ``module`` is the ``nn_module_stack`` path that created the node and ``source``
+    the user's code line (``file.py:12: code``) from ``stack_trace``.
+    """
+
+    name: str
+    op: str
+    target: str
+    args: list = field(default_factory=list)
+    kwargs: dict = field(default_factory=dict)
+    inputs: list[str] = field(default_factory=list)
+    shape: list | None = None
+    dtype: str | None = None
+    module: str | None = None
+    module_type: str | None = None
+    source: str | None = None
+
+    @property
+    def short_target(self) -> str:
+        """The last dotted component of the target (``torch._C._nn.linear`` -> ``linear``)."""
+        return self.target.rsplit(".", 1)[-1]
+
+    def args_text(self, limit: int = 60) -> str:
+        """The arguments as Python-like text, node references by name, cut to ``limit`` chars."""
+        parts = [_arg_text(a) for a in self.args] + [f"{k}={_arg_text(v)}" for k, v in self.kwargs.items()]
+        text = ", ".join(parts)
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _arg_text(a: Any) -> str:
+    if isinstance(a, dict):
+        if "node" in a and len(a) == 1:
+            return a["node"]
+        if "slice" in a and len(a) == 1:
+            s = a["slice"]
+            return ":".join("" if v is None else str(v) for v in s)
+        return "{" + ", ".join(f"{k}: {_arg_text(v)}" for k, v in a.items()) + "}"
+    if isinstance(a, list):
+        return "[" + ", ".join(_arg_text(v) for v in a) + "]"
+    return str(a)
+
+
+# --------------------------------------------------------------------------- snapshot
+
+
+class GraphSnapshot:
+    """An FX graph as plain data: ``nodes`` maps name -> NodeRecord in graph order.
+
+    Built from a live ``torch.fx.Graph`` by :func:`optimus.record.snapshot_graph`
+    (this module stays free of torch). Edges are derived from each record's ``inputs``.
+    """
+
+    def __init__(self, nodes: Iterable[NodeRecord] = ()):
+        self.nodes: dict[str, NodeRecord] = {n.name: n for n in nodes}
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def copy(self) -> "GraphSnapshot":
+        s = GraphSnapshot()
+        s.nodes = dict(self.nodes)  # records are never mutated in place, so sharing them is safe
+        return s
+
+    def edges(self) -> list[tuple[str, str]]:
+        """(producer, consumer) pairs, one per distinct input reference."""
+        out = []
+        for rec in self.nodes.values():
+            for src in dict.fromkeys(rec.inputs):
+                out.append((src, rec.name))
+        return out
+
+    def users(self) -> dict[str, list[str]]:
+        """name -> the names of the nodes that consume it."""
+        users: dict[str, list[str]] = {n: [] for n in self.nodes}
+        for rec in self.nodes.values():
+            for src in dict.fromkeys(rec.inputs):
+                users.setdefault(src, []).append(rec.name)
+        return users
+
+    def apply(self, delta: "Delta") -> None:
+        """Replay one step's delta in place: drop removed nodes, insert or replace upserted ones."""
+        for name in delta.remove:
+            self.nodes.pop(name, None)
+        for rec in delta.upsert:
+            self.nodes[rec.name] = rec
+
+    def signature(self) -> dict[str, tuple]:
+        """name -> (op, target, inputs, shape, dtype): what two equal graphs must share."""
+        return {
+            n: (r.op, r.target, tuple(r.inputs), json.dumps(r.shape), r.dtype)
+            for n, r in self.nodes.items()
+        }
+
+    def to_json(self) -> dict:
+        return {"nodes": [asdict(r) for r in self.nodes.values()]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "GraphSnapshot":
+        return cls(NodeRecord(**r) for r in data["nodes"])
+
+
+@dataclass
+class Delta:
+    """What one step changed: records of nodes created or rewired (``upsert``) and
+    the names of erased nodes (``remove``). Applying it to the step's before-graph
+    gives its after-graph."""
+
+    upsert: list[NodeRecord] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"upsert": [asdict(r) for r in self.upsert], "remove": list(self.remove)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Delta":
+        return cls([NodeRecord(**r) for r in data["upsert"]], list(data["remove"]))
+
+
+# --------------------------------------------------------------------------- steps
+
+
+@dataclass
+class VerifyResult:
+    """Outcome of checking a graph against the original model.
+
+    ``ok`` is None when nothing was checked. ``max_abs_err``/``max_rel_err`` are over
+    all outputs (and gradients when ``checked`` says so); ``checked`` names what was
+    compared: "outputs", "outputs+grads", "lint", or "not-checkable" with the reason
+    in ``message``.
+    """
+
+    ok: bool | None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    checked: str = "outputs"
+    message: str = ""
+
+
+@dataclass
+class Step:
+    """One applied match: pass and pattern, the matched site nodes, the nodes created
+    and erased, old->new replacement map (provenance), seconds spent matching and
+    rewriting, the delta it made, and its verification result."""
+
+    index: int
+    pass_name: str
+    pattern: str
+    sites: list[str]
+    created: list[str]
+    erased: list[str]
+    replaced: dict[str, str]
+    delta: Delta
+    match_s: float
+    rewrite_s: float
+    nodes_after: int
+    verify: VerifyResult | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "index": self.index, "pass": self.pass_name, "pattern": self.pattern,
+            "sites": self.sites, "created": self.created, "erased": self.erased,
+            "replaced": self.replaced, "delta": self.delta.to_json(),
+            "match_s": self.match_s, "rewrite_s": self.rewrite_s, "nodes_after": self.nodes_after,
+            "verify": asdict(self.verify) if self.verify is not None else None,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Step":
+        return cls(
+            index=d["index"], pass_name=d["pass"], pattern=d["pattern"], sites=d["sites"],
+            created=d["created"], erased=d["erased"], replaced=d.get("replaced", {}),
+            delta=Delta.from_json(d["delta"]), match_s=d["match_s"], rewrite_s=d["rewrite_s"],
+            nodes_after=d["nodes_after"],
+            verify=VerifyResult(**d["verify"]) if d.get("verify") is not None else None,
+        )
+
+
+# --------------------------------------------------------------------------- trace
+
+
+@dataclass
+class Trace:
+    """The initial graph plus the ordered Steps of one pipeline run.
+
+    ``graph_at(k)`` is the graph after the first ``k`` steps (``graph_at(0)`` is the
+    captured graph); ``before(i)``/``after(i)`` are step ``i``'s graphs (steps count
+    from 1). Rebuilds seek from in-memory checkpoints taken every
+    ``CHECKPOINT_EVERY`` steps, so no rebuild replays more than that many deltas.
+    """
+
+    model: str
+    initial_graph: GraphSnapshot
+    steps: list[Step] = field(default_factory=list)
+    passes: list[dict] = field(default_factory=list)
+    capture: dict = field(default_factory=dict)
+    final_verify: VerifyResult | None = None
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self):
+        self._checkpoints: dict[int, GraphSnapshot] = {0: self.initial_graph}
+
+    @property
+    def nodes_before(self) -> int:
+        return len(self.initial_graph)
+
+    @property
+    def nodes_after(self) -> int:
+        return self.steps[-1].nodes_after if self.steps else len(self.initial_graph)
+
+    def graph_at(self, k: int) -> GraphSnapshot:
+        """The graph after ``k`` steps, 0 <= k <= len(steps). Raises IndexError outside that."""
+        if not 0 <= k <= len(self.steps):
+            raise IndexError(f"step {k} is outside 0..{len(self.steps)}")
+        base = max(c for c in self._checkpoints if c <= k)
+        snap = self._checkpoints[base].copy()
+        for i in range(base, k):
+            snap.apply(self.steps[i].delta)
+            if (i + 1) % CHECKPOINT_EVERY == 0 and (i + 1) not in self._checkpoints:
+                self._checkpoints[i + 1] = snap.copy()
+        return snap
+
+    def before(self, index: int) -> GraphSnapshot:
+        """Graph before step ``index`` (1-based)."""
+        return self.graph_at(index - 1)
+
+    def after(self, index: int) -> GraphSnapshot:
+        """Graph after step ``index`` (1-based)."""
+        return self.graph_at(index)
+
+    def step(self, index: int) -> Step:
+        """Step ``index`` (1-based); IndexError if there is no such step."""
+        if not 1 <= index <= len(self.steps):
+            raise IndexError(f"there is no step {index}; the trace has {len(self.steps)}")
+        return self.steps[index - 1]
+
+    def steps_of_pass(self, pass_name: str) -> list[Step]:
+        return [s for s in self.steps if s.pass_name == pass_name]
+
+    def failed_steps(self) -> list[Step]:
+        return [s for s in self.steps if s.verify is not None and s.verify.ok is False]
+
+    # ---- JSON
+    def to_json(self) -> dict:
+        return {
+            "format_version": self.format_version, "model": self.model,
+            "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
+            "passes": self.passes, "capture": self.capture,
+            "final_verify": asdict(self.final_verify) if self.final_verify else None,
+            "initial_graph": self.initial_graph.to_json(),
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Trace":
+        """Rebuild a Trace from its JSON form. Raises TraceFormatError on a wrong version or layout."""
+        if not isinstance(data, dict) or "format_version" not in data:
+            raise TraceFormatError("not an Optimus Lens trace: no format_version field")
+        if data["format_version"] != FORMAT_VERSION:
+            raise TraceFormatError(
+                f"trace format_version {data['format_version']} is not supported (this build reads {FORMAT_VERSION})")
+        try:
+            fv = data.get("final_verify")
+            return cls(
+                model=data["model"], initial_graph=GraphSnapshot.from_json(data["initial_graph"]),
+                steps=[Step.from_json(s) for s in data["steps"]], passes=data.get("passes", []),
+                capture=data.get("capture", {}), final_verify=VerifyResult(**fv) if fv else None,
+            )
+        except (KeyError, TypeError) as e:
+            raise TraceFormatError(f"malformed trace: {e!r}") from e
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+    def save(self, path: str | Path) -> int:
+        """Write the trace as JSON; returns the number of bytes written."""
+        text = self.dumps()
+        Path(path).write_text(text)
+        return len(text.encode())
+
+    @classmethod
+    def loads(cls, text: str | bytes) -> "Trace":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TraceFormatError(f"not JSON: {e}") from e
+        return cls.from_json(data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Trace":
+        return cls.loads(Path(path).read_text())
+
+
+_SRC_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
+
+
+def source_of(stack_trace: str | None) -> str | None:
+    """``file.py:LINE: code`` of the innermost frame of an FX ``stack_trace``, or None."""
+    if not stack_trace:
+        return None
+    frames = _SRC_RE.findall(stack_trace)
+    if not frames:
+        return None
+    file, line, _fn, code = frames[-1]
+    return f"{Path(file).name}:{line}: {code.strip()}"
