@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine: graphviz (apt, if `dot` is missing), a virtualenv
+# in .venv, and the package with its dev and models extras. torch is pinned to 2.13.0
+# through constraints.txt so pip takes the local CPU wheel, not a multi-GB CUDA build.
+# Usage: scripts/setup.sh [--browser]   (--browser also installs chromium for the UI check)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want_browser=0
+[ "${1:-}" = "--browser" ] && want_browser=1
+
+apt_pkgs=()
+command -v dot >/dev/null 2>&1 || apt_pkgs+=(graphviz)
+if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then apt_pkgs+=(chromium); fi
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=.venv/.installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev,models]'
+  touch "$stamp"
+fi

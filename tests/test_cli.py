@@ -1,0 +1,59 @@
+"""The `optimus` command: run prints the step table and writes a trace; bad input exits 2 with a message."""
+import json
+import subprocess
+import sys
+
+from optimus.cli import main
+from optimus.pattern import all_patterns
+from optimus.trace import Trace
+
+
+def test_run_prints_the_step_table_and_writes_a_trace_that_loads(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert main(["run", "sample:recsys_towers", "--verify", "step", "--trace", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "batch_linear" in text and "pattern" in text and "nodes: 108 ->" in text
+    t = Trace.load(out)
+    assert t.model == "recsys_towers" and len(t.steps) >= 2
+    data = json.loads(out.read_text())
+    for key in ("format_version", "model", "nodes_before", "nodes_after", "passes", "initial_graph", "steps"):
+        assert key in data
+    for key in ("index", "pass", "pattern", "sites", "created", "erased", "verify"):
+        assert key in data["steps"][0]
+    assert {"ok", "max_abs_err"} <= set(data["steps"][0]["verify"])
+
+
+def test_run_on_the_bert_sample_works(capsys):
+    assert main(["run", "sample:bert"]) == 0
+    assert "nodes:" in capsys.readouterr().out
+
+
+def test_unknown_model_and_unknown_pass_exit_2_with_a_message(capsys):
+    assert main(["run", "sample:nope"]) == 2
+    assert "unknown sample model" in capsys.readouterr().err
+    assert main(["run", "sample:teach_batch_relu", "--passes", "batch_reluu"]) == 2
+    assert "batch_reluu" in capsys.readouterr().err
+
+
+def test_passes_lists_every_pattern_with_source_location(capsys):
+    assert main(["passes"]) == 0
+    text = capsys.readouterr().out
+    for p in all_patterns():
+        assert p.name in text and p.source in text
+
+
+def test_show_reads_a_saved_trace_and_rejects_garbage(tmp_path, capsys):
+    good = tmp_path / "t.json"
+    main(["run", "sample:teach_batch_relu", "--trace", str(good)])
+    capsys.readouterr()
+    assert main(["show", str(good)]) == 0
+    assert "batch_relu" in capsys.readouterr().out
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["show", str(bad)]) == 2
+    assert "not JSON" in capsys.readouterr().err
+
+
+def test_console_script_is_installed():
+    r = subprocess.run([sys.executable, "-m", "optimus.cli", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "run" in r.stdout

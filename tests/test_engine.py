@@ -1,0 +1,115 @@
+"""The engine end to end: steps recorded per pass, verification marks failures, errors name the pattern."""
+import operator
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.fx import Graph, Node
+
+from optimus.capture import capture
+from optimus.engine import Engine, Pass, PatternError, Pipeline, RunOptions
+from optimus.passes import default_pipeline
+from optimus.passes.common import RELU, call, is_call
+from optimus.pattern import Match, Miss, RewritePattern
+from optimus.run import optimize
+from optimus.trace import Trace
+
+
+def test_recsys_towers_fuses_in_two_passes_with_every_step_verified_and_fewer_nodes():
+    res = optimize("sample:recsys_towers", verify="step")
+    t = res.trace
+    passes = {s.pass_name for s in t.steps}
+    assert {"batch_linear", "batch_relu"} <= passes
+    assert all(s.verify.ok for s in t.steps), [s.verify for s in t.steps]
+    assert t.nodes_after < t.nodes_before
+    assert t.final_verify.ok
+
+
+def test_batch_linear_step_records_sites_created_erased_and_provenance():
+    t = optimize("sample:teach_batch_linear", passes=["batch_linear"]).trace
+    (s,) = t.steps
+    assert len(s.sites) == 6 and len(s.erased) == 6 and set(s.erased) == set(s.sites)
+    created = {t.after(1).nodes[n].short_target for n in s.created}
+    assert {"stack", "baddbmm", "unbind", "getitem"} <= created
+    assert set(s.replaced) == set(s.sites)            # every linear has a successor
+    assert all(v in s.created for v in s.replaced.values())
+
+
+def test_trace_json_round_trip_keeps_every_step_and_graph():
+    t = optimize("sample:recsys_towers").trace
+    back = Trace.loads(t.dumps())
+    assert back.to_json() == t.to_json()
+    for k in range(len(t.steps) + 1):
+        assert back.graph_at(k).signature() == t.graph_at(k).signature()
+
+
+def test_disabled_pass_records_no_steps():
+    t = optimize("sample:recsys_towers", passes=["batch_relu"]).trace
+    assert {s.pass_name for s in t.steps} == {"batch_relu"}
+    assert [p["name"] for p in t.passes if p["enabled"]] == ["batch_relu"]
+
+
+def test_unknown_pass_name_is_a_key_error_naming_the_known_ones():
+    with pytest.raises(KeyError, match="batch_linear"):
+        default_pipeline().only(["no_such_pass"])
+
+
+class ReluToSigmoid(RewritePattern):
+    """A deliberately wrong rewrite: relu(x) -> sigmoid(x)."""
+
+    name = "relu_to_sigmoid_wrong"
+    anchors = frozenset(RELU[0]) | frozenset(RELU[1])
+
+    def match(self, node):
+        return Match(node, [node]) if is_call(node, *RELU) else Miss("not relu")
+
+    def rewrite(self, graph: Graph, m: Match) -> None:
+        (n,) = m.nodes
+        with graph.inserting_before(n):
+            s = call(graph, torch.sigmoid, n.args[0])
+        n.replace_all_uses_with(s)
+        graph.erase_node(n)
+
+
+class Raises(RewritePattern):
+    name = "raises_on_relu"
+    anchors = ReluToSigmoid.anchors
+
+    def match(self, node):
+        return Match(node, [node])
+
+    def rewrite(self, graph, m):
+        raise RuntimeError("boom")
+
+
+def _relu_model():
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+    return capture(m, (torch.randn(3, 4),))
+
+
+def test_a_wrong_rewrite_is_marked_failed_on_its_step_with_its_error():
+    c = _relu_model()
+    t = Engine(c.gm, c.example_inputs, Pipeline([Pass("wrong", [ReluToSigmoid()])]), RunOptions(verify="step")).run()
+    (s,) = t.steps
+    assert s.verify.ok is False and s.verify.max_abs_err > 1e-3
+    assert t.failed_steps() == [s]
+
+
+def test_a_raising_pattern_is_reported_with_pass_pattern_and_site():
+    c = _relu_model()
+    with pytest.raises(PatternError) as e:
+        Engine(c.gm, c.example_inputs, Pipeline([Pass("p", [Raises()])]), RunOptions(verify="off")).run()
+    assert e.value.pattern == "raises_on_relu" and e.value.pass_name == "p" and e.value.site
+    assert "boom" in str(e.value)
+
+
+def test_verify_off_records_no_results_and_end_checks_once():
+    off = optimize("sample:teach_batch_relu", verify="off").trace
+    assert all(s.verify is None for s in off.steps) and off.final_verify is None
+    end = optimize("sample:teach_batch_relu", verify="end").trace
+    assert all(s.verify is None for s in end.steps) and end.final_verify.ok
+
+
+def test_gradients_match_after_batch_fusion():
+    t = optimize("sample:recsys_towers", verify="end", grads=True).trace
+    assert t.final_verify.ok and t.final_verify.checked == "outputs+grads"
