@@ -4,6 +4,7 @@
     optimus passes
     optimus bench MODEL [--passes a,b] [--repeats N] [--compile] [--json out.json]
     optimus show TRACE.json
+    optimus why MODEL NODE
     optimus app [--port N]
 
 MODEL is ``sample:NAME`` (``optimus run sample:recsys_towers``) or
@@ -122,6 +123,31 @@ def cmd_show(a) -> int:
     return 0
 
 
+def cmd_why(a) -> int:
+    from optimus.capture import CaptureError, capture
+    from optimus.pattern import explain
+    from optimus.run import ModelSpecError, load_model
+
+    try:
+        model, inputs, _ = load_model(a.model)
+        gm = capture(model, inputs, method=a.capture).gm
+    except (ModelSpecError, CaptureError) as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    node = next((n for n in gm.graph.nodes if n.name == a.node), None)
+    if node is None:
+        names = [n.name for n in gm.graph.nodes if n.op != "placeholder"]
+        print(f"optimus: no node {a.node!r} in the captured graph; nodes: {', '.join(names[:40])}"
+              + (" ..." if len(names) > 40 else ""), file=sys.stderr)
+        return EXIT_INPUT
+    from optimus.record import target_name
+
+    print(f"{node.name} = {node.op} {target_name(node)}")
+    for name, reason in explain(node).items():
+        print(f"  {name:32s} {'can apply here' if reason is None else 'no: ' + reason}")
+    return 0
+
+
 def cmd_app(a) -> int:
     app = Path(__file__).resolve().parent.parent / "app" / "main.py"
     env = dict(os.environ)
@@ -158,6 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="print the steps of a saved trace")
     s.add_argument("trace")
     s.set_defaults(fn=cmd_show)
+    y = sub.add_parser("why", help="for one node of a model's graph, why each pattern does or does not apply")
+    y.add_argument("model")
+    y.add_argument("node", help="FX node name, e.g. linear_3")
+    y.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
+    y.set_defaults(fn=cmd_why)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)
     w.add_argument("--model", help="model to load first (default sample:recsys_towers)")

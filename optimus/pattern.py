@@ -152,10 +152,27 @@ def all_patterns() -> list[Pattern]:
 
 def why_not(pattern: Pattern, node: Node) -> str | None:
     """None if ``pattern`` could apply at ``node``, else the reason it cannot."""
+    if isinstance(pattern, RewritePattern) and pattern.anchors:
+        t = node.target if node.op in ("call_function", "call_method") else None
+        if t not in pattern.anchors:
+            return f"not an anchor ({targets_text(sorted(pattern.anchors, key=str)[:4])}...)"
     r = pattern.key(node) if isinstance(pattern, BatchPattern) else pattern.match(node)
     if r is None:
         return "no match"
     return str(r) if isinstance(r, Miss) else None
+
+
+def explain(node: Node, patterns: Iterable[Pattern] | None = None) -> dict[str, str | None]:
+    """For every pattern (default: all registered), None if it could apply at ``node``
+    or the reason it cannot — the "why not" of the pattern lab and ``optimus why``.
+    A pattern that raises is reported as ``"raised <Error>: <message>"``, not propagated."""
+    out: dict[str, str | None] = {}
+    for p in patterns if patterns is not None else all_patterns():
+        try:
+            out[p.name] = why_not(p, node)
+        except Exception as e:  # noqa: BLE001 - a broken pattern is itself the answer
+            out[p.name] = f"raised {type(e).__name__}: {e}"
+    return out
 
 
 def targets_text(targets: Iterable[Any]) -> str:

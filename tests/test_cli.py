@@ -57,3 +57,12 @@ def test_show_reads_a_saved_trace_and_rejects_garbage(tmp_path, capsys):
 def test_console_script_is_installed():
     r = subprocess.run([sys.executable, "-m", "optimus.cli", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "run" in r.stdout
+
+
+def test_why_says_which_patterns_apply_at_a_node_and_why_the_others_do_not(capsys):
+    assert main(["why", "sample:teach_batch_relu", "y1"]) == 0
+    out = capsys.readouterr().out
+    assert "batch_relu                       can apply here" in out
+    assert "batch_layernorm                  no: not a layer_norm node" in out
+    assert main(["why", "sample:teach_batch_relu", "nope"]) == 2
+    assert "no node 'nope'" in capsys.readouterr().err
