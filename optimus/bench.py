@@ -178,11 +178,14 @@ def _compiled_timing(gm, ins, warmup, repeats, inner, cuda) -> tuple[float, floa
 
 def bench_pipeline(spec, passes: list[str] | None = None, repeats: int = 20, warmup: int = 3,
                    compile: bool = False, device: str | None = None, inputs: tuple | None = None,
+                   capture_method: str = "dynamo", graph_index: int | None = None,
                    progress: Callable[[int, int, str], None] | None = None) -> BenchResult:
     """Capture ``spec`` (see :func:`optimus.run.load_model`), run the pipeline keeping a
     copy of the graph after each enabled pass, and time every stage with
-    :func:`measure_stages`. Stages: "baseline", then one per enabled pass."""
+    :func:`measure_stages`. Stages: "baseline", then one per enabled pass.
+    ``capture_method`` and ``graph_index`` pick the same graph a run showed (graph breaks)."""
     from optimus.run import optimize
 
-    res = optimize(spec, inputs=inputs, passes=passes, verify="off", record=False, keep_stages=True)
+    res = optimize(spec, inputs=inputs, passes=passes, verify="off", record=False, keep_stages=True,
+                   capture_method=capture_method, graph_index=graph_index)
     return measure_stages(res.engine.stages, res.captured.example_inputs, repeats, warmup, device, compile, progress)

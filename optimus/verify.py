@@ -68,8 +68,14 @@ def reference(gm: GraphModule, inputs: tuple, grads: bool = False) -> Reference:
 
 
 def _equal(x, y) -> bool:
+    """Bitwise equality of two run results, NaN equal to NaN (a 0/0 in the model is
+    still deterministic)."""
     if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-        return x.shape == y.shape and torch.equal(x, y)
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        if x.is_floating_point() or x.is_complex():
+            return bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all())
+        return torch.equal(x, y)
     return x == y
 
 
@@ -77,7 +83,7 @@ def compare(expected: list, actual: list, what: str = "output") -> VerifyResult:
     """Compare two flat lists of values with dtype-aware tolerances (``TOLERANCES``):
     element-wise ``|a - e| <= atol + rtol * |e|``. Shapes and dtypes must match exactly."""
     if len(expected) != len(actual):
-        return VerifyResult(False, None, None, what, f"{len(actual)} {what}s instead of {len(expected)}")
+        return VerifyResult(False, None, None, what + "s", f"{len(actual)} {what}s instead of {len(expected)}")
     max_abs = max_rel = 0.0
     ok = True
     msg = ""
@@ -86,14 +92,14 @@ def compare(expected: list, actual: list, what: str = "output") -> VerifyResult:
             continue
         if not isinstance(e, torch.Tensor) or not isinstance(a, torch.Tensor):
             if e != a:
-                return VerifyResult(False, None, None, what, f"{what} {i}: {a!r} != {e!r}")
+                return VerifyResult(False, None, None, what + "s", f"{what} {i}: {a!r} != {e!r}")
             continue
         if e.shape != a.shape or e.dtype != a.dtype:
-            return VerifyResult(False, None, None, what,
+            return VerifyResult(False, None, None, what + "s",
                                 f"{what} {i}: {tuple(a.shape)} {a.dtype} instead of {tuple(e.shape)} {e.dtype}")
         if not e.is_floating_point():
             if not torch.equal(e, a):
-                return VerifyResult(False, None, None, what, f"{what} {i}: integer values differ")
+                return VerifyResult(False, None, None, what + "s", f"{what} {i}: integer values differ")
             continue
         rtol, atol = TOLERANCES.get(e.dtype, (1e-4, 1e-5))
         e64, a64 = e.double(), a.double()
@@ -101,7 +107,7 @@ def compare(expected: list, actual: list, what: str = "output") -> VerifyResult:
         same_inf = torch.isinf(e64) & (e64 == a64)
         diff = (a64 - e64).abs().masked_fill(both_nan | same_inf, 0.0)
         if torch.isnan(diff).any():
-            return VerifyResult(False, float("nan"), float("nan"), what, f"{what} {i}: NaN where the original has none")
+            return VerifyResult(False, float("nan"), float("nan"), what + "s", f"{what} {i}: NaN where the original has none")
         if diff.numel():
             max_abs = max(max_abs, float(diff.max()))
             rel = diff / e64.abs().clamp_min(atol)
@@ -110,7 +116,7 @@ def compare(expected: list, actual: list, what: str = "output") -> VerifyResult:
             if bad.any():
                 ok = False
                 msg = msg or f"{what} {i}: {int(bad.sum())} of {diff.numel()} elements off (rtol {rtol}, atol {atol})"
-    return VerifyResult(ok, max_abs, max_rel, what, msg)
+    return VerifyResult(ok, max_abs, max_rel, what + "s", msg)
 
 
 def check(gm: GraphModule, inputs: tuple, ref: Reference, grads: bool = False) -> VerifyResult:

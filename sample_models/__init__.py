@@ -17,6 +17,8 @@ from ._registry import KINDS, REGISTRY, SampleModel, get, get_entry, names, regi
 # importing these modules registers their models, in this order
 from . import demo as _demo  # noqa: E402,F401
 from . import teaching as _teaching  # noqa: E402,F401
+from . import teaching_split_cat as _teaching_split_cat  # noqa: E402,F401
+from . import teaching_batch as _teaching_batch  # noqa: E402,F401
 from . import realistic as _realistic  # noqa: E402,F401
 
 #: the default model shown first

@@ -113,3 +113,12 @@ def test_verify_off_records_no_results_and_end_checks_once():
 def test_gradients_match_after_batch_fusion():
     t = optimize("sample:recsys_towers", verify="end", grads=True).trace
     assert t.final_verify.ok and t.final_verify.checked == "outputs+grads"
+
+
+def test_nan_in_the_outputs_still_verifies_instead_of_being_not_checkable():
+    class ZeroOverZero(nn.Module):
+        def forward(self, x):
+            return torch.cat([torch.relu(p) / 0.0 for p in torch.split(x, 2, dim=1)], dim=1)
+
+    t = optimize(ZeroOverZero(), (torch.zeros(2, 10),), verify="step").trace
+    assert t.steps and all(s.verify.ok for s in t.steps), [s.verify for s in t.steps]

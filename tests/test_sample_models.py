@@ -69,6 +69,9 @@ OP_TARGETS = {
     "unbind": ({torch.unbind}, {"unbind"}),
     "stack": ({torch.stack}, set()),
     "getitem": ({operator.getitem}, set()),
+    "reshape": ({torch.reshape}, {"reshape", "view"}),
+    "einsum": ({torch.einsum}, set()),
+    "matmul": ({torch.matmul, operator.matmul}, {"matmul"}),
 }
 
 
@@ -100,6 +103,18 @@ TEACHING_EXPECTED = {
     "teach_batch_dropout": {"dropout": 6},
     "teach_split_cat": {"split": 2, "cat": 2, "unbind": 1, "stack": 1, "getitem": 5},
     "teach_unbind_stack": {"unbind": 2, "stack": 1, "cat": 1, "getitem": 5},
+    "teach_split_size_one": {"split": 2, "getitem": 3},
+    "teach_merge_splits": {"split": 2, "cat": 1, "getitem": 5},
+    "teach_simplify_split_cat": {"split": 1, "cat": 1, "getitem": 8},
+    "teach_cat_of_pieces": {"split": 1, "cat": 1, "getitem": 5},
+    "teach_split_cat_to_slices": {"split": 1, "cat": 1, "getitem": 16},
+    "teach_split_stack": {"split": 1, "unbind": 1, "stack": 2, "getitem": 24},
+    "teach_reshape_split_stack": {"split": 1, "stack": 1, "reshape": 12},
+    "teach_einsum": {"einsum": 1},
+    "teach_batch_conv1d": {"addmm": 5},
+    "teach_batch_matmul": {"matmul": 5},
+    "teach_batch_linear_lhs_conv1d": {"addmm": 5},
+    "teach_batch_layernorm_variants": {"layer_norm": 20},
 }
 
 # pointwise teaching models: several spellings of the op must all be present
@@ -177,6 +192,18 @@ def test_registry_contents_and_order():
         "teach_batch_dropout",
         "teach_split_cat",
         "teach_unbind_stack",
+        "teach_split_size_one",
+        "teach_merge_splits",
+        "teach_simplify_split_cat",
+        "teach_cat_of_pieces",
+        "teach_split_cat_to_slices",
+        "teach_split_stack",
+        "teach_reshape_split_stack",
+        "teach_einsum",
+        "teach_batch_conv1d",
+        "teach_batch_matmul",
+        "teach_batch_linear_lhs_conv1d",
+        "teach_batch_layernorm_variants",
         "bert",
         "gpt2",
     ]

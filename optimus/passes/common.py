@@ -109,3 +109,108 @@ STACK = ({torch.stack}, set())
 CAT = ({torch.cat, torch.concat, torch.concatenate}, set())
 UNBIND = ({torch.unbind}, {"unbind"})
 SPLIT = ({torch.split, torch.functional.split, torch.Tensor.split}, {"split"})
+
+
+# ------------------------------------------------- canonical arguments, in-place writes and aliasing
+
+REQUIRED = object()  # marks a parameter without a default in a ``bind_args`` spec
+
+
+def bind_args(node: Node, params: tuple[tuple[str, Any], ...]) -> dict | Miss:
+    """The node's positional and keyword arguments mapped onto ``params``, a tuple of
+    ``(name, default)`` in signature order (``REQUIRED`` for no default), with every
+    default filled in: ``clamp(x, -1, 1)`` and ``clamp(x, min=-1, max=1)`` both give
+    ``{"input": x, "min": -1, "max": 1}``. For a call_method node ``self`` is the first
+    parameter. Returns a Miss naming the problem for too many positional arguments, an
+    unknown keyword (e.g. ``out=``), an argument given twice, or a missing required one."""
+    names = [p for p, _ in params]
+    if len(node.args) > len(params):
+        return Miss(f"{len(node.args)} positional arguments; expected at most {len(params)}")
+    out = dict(zip(names, node.args))
+    for k, v in node.kwargs.items():
+        if k not in names:
+            return Miss(f"unexpected argument {k}=")
+        if k in out:
+            return Miss(f"argument {k} given twice")
+        out[k] = v
+    for name, default in params:
+        if name not in out:
+            if default is REQUIRED:
+                return Miss(f"missing argument {name}")
+            out[name] = default
+    return {n: out[n] for n in names}
+
+
+_INPLACE_INDEX: dict[Any, int | None] = {}
+
+
+def _inplace_index(fn: Any) -> int | None:
+    """Position of an ``inplace`` parameter in ``fn``'s Python signature (F.relu: 1,
+    F.dropout: 3), or None when it has none or no inspectable signature."""
+    if fn not in _INPLACE_INDEX:
+        import inspect
+
+        try:
+            ps = list(inspect.signature(fn).parameters)
+            _INPLACE_INDEX[fn] = ps.index("inplace") if "inplace" in ps else None
+        except (TypeError, ValueError):
+            _INPLACE_INDEX[fn] = None
+    return _INPLACE_INDEX[fn]
+
+
+def writes_inputs(node: Node) -> bool:
+    """``is_mutating`` plus ``inplace`` passed positionally (``F.relu(x, True)``,
+    ``F.dropout(x, 0.1, False, True)``), which ``is_mutating`` does not see."""
+    if is_mutating(node):
+        return True
+    if node.op == "call_function":
+        i = _inplace_index(node.target)
+        return i is not None and len(node.args) > i and node.args[i] is True
+    return False
+
+
+# ops whose output may share storage with their first input (a write into one is seen in the other)
+VIEW_FUNCTIONS = {operator.getitem, torch.reshape, torch.transpose, torch.permute, torch.unsqueeze, torch.squeeze,
+                  torch.narrow, torch.select, torch.flatten, torch.unflatten, torch.unbind, torch.split,
+                  torch.functional.split, torch.chunk, torch.detach, torch.movedim, torch.t, torch.diagonal,
+                  torch.as_strided, torch.swapaxes, torch.swapdims, torch.tensor_split, torch.real,
+                  F.dropout}  # eval-mode dropout returns its input itself
+VIEW_METHODS = {"view", "view_as", "reshape", "reshape_as", "transpose", "permute", "t", "unsqueeze", "squeeze",
+                "expand", "expand_as", "narrow", "select", "flatten", "unflatten", "unbind", "split", "chunk",
+                "detach", "movedim", "diagonal", "as_strided", "unfold", "swapaxes", "swapdims", "tensor_split",
+                "contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16", "__getitem__"}
+
+
+def is_view(node: Node) -> bool:
+    """True when ``node`` may return a view of (alias) its first input: reshape/transpose/
+    getitem/split/detach/contiguous/``to``, eval-mode dropout and friends (``VIEW_FUNCTIONS``,
+    ``VIEW_METHODS``)."""
+    return is_call(node, VIEW_FUNCTIONS, VIEW_METHODS)
+
+
+def alias_root(node: Node) -> Node:
+    """Follow view ops up from ``node`` to the node that owns its storage (the first input
+    of a chain of views)."""
+    while is_view(node) and node.args and isinstance(node.args[0], Node):
+        node = node.args[0]
+    return node
+
+
+def is_written(node: Node) -> bool:
+    """True when some node writes in place into ``node``'s storage: into the node's alias
+    root or any view reached from it through view ops (``y.view(...).add_(1)``, ``x.relu_()``
+    on a split piece of ``x``'s base, ``F.relu(v, True)``). Conservative: a writer that
+    merely reads the tensor as a non-destination argument also counts."""
+    seen = set()
+    work = [alias_root(node)]
+    while work:
+        n = work.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        for u in n.users:
+            if writes_inputs(u):
+                return True
+            if is_view(u) and u.args and u.args[0] is n:
+                work.append(u)
+    return False

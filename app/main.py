@@ -1,0 +1,357 @@
+"""Optimus Lens — step through Optimus graph passes in the browser.
+
+    streamlit run app/main.py
+
+Thin by design: widgets and session state only. Capturing and running the pipeline
+is :func:`optimus.run.optimize`, timing is :func:`optimus.bench.bench_pipeline`,
+every picture and figure comes from :mod:`viz`, and the session logic is
+:mod:`app.state`.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+import streamlit.components.v1 as components
+
+import sample_models
+import viz
+from app import state as S
+from optimus.passes import default_pipeline, pass_catalogue
+
+SOURCES = ("Sample model", "Python factory", "Trace file")
+VERIFY_HELP = {"step": "check the graph after every step (slowest; pinpoints a failing step)",
+               "end": "check once after the whole pipeline", "off": "no numeric check"}
+VERIFY_LABEL = {"step": "after each rewrite", "end": "once, at the end", "off": "off"}
+FULL_VIEW_LIMIT = 2000  # nodes; dot needs ~2 s here, ~17 s at 5,000
+
+st.set_page_config(page_title="Optimus Lens", layout="wide")
+ss = st.session_state
+S.init(ss)
+
+
+@st.cache_resource
+def _pipeline():
+    return default_pipeline()
+
+
+@st.cache_data(show_spinner=False)
+def _catalogue() -> dict[str, dict]:
+    return {c["name"]: c for c in pass_catalogue()}
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _svg(dot_source: str, timeout_s: float) -> str:
+    return viz.render_svg(dot_source, timeout_s)
+
+
+PIPELINE = _pipeline()
+
+
+# ============================================================================ sidebar
+def sidebar() -> tuple[str | None, bool]:
+    """Draw the controls; returns (the spec to run, whether Run was pressed)."""
+    with st.sidebar:
+        st.title("Optimus Lens")
+        st.caption("Optimus pre-grad batch fusions and split/cat cleanups, one match at a time.")
+        source = st.radio("Model source", SOURCES, key="source_kind")
+        spec = None
+        if source == "Sample model":
+            names = sample_models.names()
+            name = st.selectbox("Sample model", names, index=names.index(sample_models.DEFAULT), key="sample")
+            entry = sample_models.get_entry(name)
+            st.caption(f"**{entry.kind}** — {entry.description}")
+            spec = f"sample:{name}"
+        elif source == "Python factory":
+            spec = st.text_input("Factory", key="factory", placeholder="package.module:factory",
+                                 help="A callable returning (nn.Module, example_inputs), imported from your "
+                                      "Python path.").strip() or None
+        else:
+            up = st.file_uploader("Trace JSON (saved by `optimus run --trace` or this app)", type=["json"],
+                                  key="upload")
+            if up is not None and up.file_id != ss.upload_id:
+                ss.upload_id = up.file_id
+                S.accept_upload(ss, up.name, up.getvalue(), sample_models.names())
+
+        n_on = len(enabled_passes())
+        with st.expander(f"Passes: {n_on} of {len(PIPELINE.passes)} on"):
+            for p in PIPELINE.passes:
+                st.checkbox(p.name, value=True, key=f"pass:{p.name}", help=p.description)
+        with st.expander(f"Checks: verify {VERIFY_LABEL[ss.get('verify', 'end')]}; {ss.get('capture_method', 'dynamo')} capture"):
+            st.radio("Verify", ("step", "end", "off"), index=1, key="verify", format_func=VERIFY_LABEL.get,
+                     help="; ".join(f"{k}: {v}" for k, v in VERIFY_HELP.items()))
+            st.checkbox("Compare gradients too", key="grads", help="Training-mode check: also compare input "
+                        "gradients after a backward pass.")
+            st.selectbox("Capture method", ("dynamo", "symbolic"), key="capture_method",
+                         help="dynamo: the graph torch.compile hands a backend (what upstream pre_grad_passes "
+                              "see). symbolic: torch.fx symbolic tracing.")
+        run = st.button("Run", type="primary", width="stretch", disabled=spec is None,
+                        help=None if spec else "Pick a sample model or enter a factory to run.")
+    return spec, run
+
+
+def enabled_passes() -> list[str]:
+    return [p.name for p in PIPELINE.passes if ss.get(f"pass:{p.name}", True)]
+
+
+def run_spec(spec: str, graph_index: int | None = None) -> None:
+    """Capture and optimise ``spec`` with progress; on failure keep the old trace and record the error."""
+    from optimus.run import optimize
+
+    passes = enabled_passes()
+    with st.status(f"Capturing {spec} …", expanded=True) as status:
+        bar = st.progress(0.0, text="capturing the FX graph")
+        done = {"steps": 0}
+
+        def on_capture(c) -> None:
+            status.update(label=f"Running {len(passes)} passes over {len(c.gm.graph.nodes)} nodes …")
+            bar.progress(0.05, text=c.summary())
+
+        def on_step(step) -> None:
+            done["steps"] += 1
+            at = passes.index(step.pass_name) if step.pass_name in passes else 0
+            bar.progress(min(0.99, 0.05 + 0.95 * at / max(len(passes), 1)),
+                         text=f"{done['steps']} steps — step {step.index}: {step.pattern} ({step.pass_name})")
+
+        try:
+            res = optimize(spec, passes=passes, verify=ss.verify, grads=ss.grads,
+                           capture_method=ss.capture_method, graph_index=graph_index,
+                           on_step=on_step, on_capture=on_capture)
+        except Exception as e:  # noqa: BLE001 - every failure is shown, the old trace stays
+            ss.error = S.error_message(e)
+            status.update(label=f"Failed: {ss.error[0]}", state="error", expanded=False)
+            return
+        bar.progress(1.0, text=f"{len(res.trace.steps)} steps")
+        status.update(label=f"Done: {len(res.trace.steps)} steps, {res.trace.nodes_before} → "
+                            f"{res.trace.nodes_after} nodes", state="complete", expanded=False)
+    S.set_trace(ss, res.trace, spec, f"run of {spec} (verify {ss.verify}, capture {ss.capture_method})")
+
+
+# ============================================================================ main area
+def header(trace) -> None:
+    s = viz.trace_summary(trace)
+    st.subheader(f"{trace.model or 'model'}: {s['nodes_before']} → {s['nodes_after']} nodes in {s['steps']} steps")
+    st.caption(ss.source)
+    c = st.columns(5)
+    c[0].metric("Nodes before", s["nodes_before"])
+    c[1].metric("Nodes after", s["nodes_after"], delta=s["nodes_after"] - s["nodes_before"], delta_color="inverse")
+    c[2].metric("Steps", s["steps"])
+    c[3].metric("Failed steps", s["failed_steps"], delta_color="off")
+    c[4].metric("Final check", "ok" if trace.final_verify and trace.final_verify.ok else
+                ("FAILED" if trace.final_verify and trace.final_verify.ok is False else "not checked"),
+                help=s["final_verify"])
+    graph_breaks(trace)
+
+
+def graph_breaks(trace) -> None:
+    cap = trace.capture or {}
+    n = cap.get("graphs", 1)
+    if n <= 1:
+        return
+    reasons = "\n".join(f"- {r}" for r in cap.get("breaks", [])) or "- (no reason given)"
+    st.warning(f"The model splits into **{n} graphs** at graph breaks; this trace optimises graph "
+               f"{cap.get('graph_index', 0) + 1}.\n\n{reasons}")
+    sizes = cap.get("graph_nodes", [])
+    cols = st.columns([3, 1], vertical_alignment="bottom")
+    pick = cols[0].selectbox("Graph to optimise", list(range(n)), index=cap.get("graph_index", 0), key="graph_pick",
+                             format_func=lambda i: f"graph {i + 1}" + (f" ({sizes[i]} nodes)" if i < len(sizes) else ""))
+    if cols[1].button("Re-run on this graph", disabled=ss.spec is None):
+        run_spec(ss.spec, graph_index=pick)
+        st.rerun()
+
+
+def navigator(trace) -> tuple[int, str | None, str]:
+    """Pass filter, view mode, step slider and Previous/Next; returns (step, pass filter, mode)."""
+    passes_with_steps = list(dict.fromkeys(s.pass_name for s in trace.steps))
+    c = st.columns([2, 2, 6, 1, 1], vertical_alignment="bottom")
+    pf = c[0].selectbox("Pass", ["all passes", *passes_with_steps], key="pass_filter")
+    pass_filter = None if pf == "all passes" else pf
+    mode = c[1].radio("View", ("Step", "Whole pass"), key="view_mode", horizontal=True,
+                      disabled=pass_filter is None, help="Whole pass: before its first step / after its last, "
+                      "one colour per fused group. Pick a pass to enable.")
+    if pass_filter is None:
+        mode = "Step"
+    options = S.step_options(trace, pass_filter)
+    cur = S.clamp_step(ss, options)
+    if mode == "Step":
+        if len(options) > 1:
+            ss.step_slider = cur
+
+            def _sync():
+                ss.cur_step = ss.step_slider
+
+            c[2].select_slider("Step", options=options, key="step_slider", on_change=_sync,
+                               format_func=lambda i: f"{i}: {trace.step(i).pattern}")
+        else:
+            c[2].markdown(f"Step {cur} of {len(trace.steps)}")
+        at = options.index(cur)
+        c[3].button("Previous", key="prev", on_click=S.move_step, args=(ss, options, -1), disabled=at == 0,
+                    width="stretch")
+        c[4].button("Next", key="next", on_click=S.move_step, args=(ss, options, 1),
+                    disabled=at == len(options) - 1, width="stretch")
+    return cur, pass_filter, mode
+
+
+def graph_options(n_nodes: int) -> dict:
+    with st.expander("Graph view options"):
+        c = st.columns(6)
+        hops = c[0].number_input("Neighbourhood hops", 0, 8, viz.HOPS, key="hops",
+                                 help=f"Graphs with more than {viz.MAX_NODES} drawn nodes show only the pattern "
+                                      "sites, created and erased nodes and this many hops around them.")
+        fold = c[1].checkbox("Fold parameters", value=True, key="fold_params",
+                             help="Leave lifted parameter placeholders out; their users say '+N params'.")
+        clusters = c[2].checkbox("Module boxes", value=True, key="clusters",
+                                 help="Box the nodes of one module (from nn_module_stack) together.")
+        full = c[3].checkbox("Whole graph", value=False, key="full", disabled=n_nodes > FULL_VIEW_LIMIT,
+                             help=f"Draw every node (offered up to {FULL_VIEW_LIMIT:,} nodes: Graphviz needs "
+                                  "~2 s at 2,000 nodes and ~17 s at 5,000).")
+        height = c[4].number_input("Graph height (px)", 300, 2000, 620, step=50, key="graph_height")
+        stacked = c[5].checkbox("Stack before/after", value=False, key="stacked",
+                                help="One graph above the other, each at full width.")
+    return {"hops": int(hops), "fold_params": fold, "clusters": clusters,
+            "full": bool(full) and n_nodes <= FULL_VIEW_LIMIT,
+            "height": int(height), "stacked": stacked}
+
+
+def show_view(view: viz.GraphView, height: int) -> None:
+    """Lay out ``view`` (cached by its DOT source) and show it with pan/zoom, opened on its marked nodes."""
+    try:
+        svg = _svg(view.source, 20.0)
+    except viz.RenderError as e:
+        st.warning(str(e))
+        return
+    components.html(viz.svg_viewer_html(svg, view.focus, legend=view.legend, notes=view.notes), height=height)
+    note = f"{view.shown:,} of {view.total:,} nodes drawn"
+    if view.folded:
+        note += f"; {view.folded} parameters folded"
+    if view.elided:
+        note += f"; {view.elided:,} not shown ({view.hops}-hop neighbourhood)"
+    st.caption(note)
+
+
+def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict) -> None:
+    height, stacked = opts.pop("height"), opts.pop("stacked")
+    slots = (st.container(), st.container()) if stacked else st.columns(2)
+    for slot, side in zip(slots, ("before", "after")):
+        with slot:
+            if mode == "Whole pass":
+                view = viz.pass_view(trace, pass_filter, side, **opts)
+                what = f"pass `{pass_filter}`"
+            else:
+                view = viz.step_view(trace, cur, side, **opts)
+                what = f"step {cur}"
+            st.markdown(f"**{side.capitalize()}** {what} — {view.total:,} nodes")
+            show_view(view, height)
+
+
+def step_details(trace, cur: int) -> None:
+    step = trace.step(cur)
+    info = _catalogue().get(step.pattern, {})
+    st.markdown(f"#### Step {cur}: `{step.pattern}` — pass `{step.pass_name}`")
+    v = step.verify
+    if v is not None and v.ok is False:
+        st.error(f"Verification failed after this step: {viz.verify_text(v)}")
+    elif v is not None and v.ok:
+        st.success(f"Verified: {viz.verify_text(v)}")
+    else:
+        st.info(f"Not verified at this step ({viz.verify_text(v)}); verify mode 'step' checks every step.")
+    left, right = st.columns([3, 2])
+    with left:
+        rows = [(k, t) for k, t in viz.step_facts(step, info) if k not in ("sites", "created", "erased", "replaced")]
+        (k0, t0), rest = rows[0], rows[1:]
+        st.markdown("\n".join([f"| {k0} | {_md(t0)} |", "|---|---|"] + [f"| **{k}** | {_md(t)} |" for k, t in rest]))
+    with right:
+        st.markdown(f"**Sites** ({len(step.sites)}): " + ", ".join(f"`{n}`" for n in step.sites))
+        st.markdown(f"**Created** ({len(step.created)}): " + (", ".join(f"`{n}`" for n in step.created) or "none"))
+        st.markdown(f"**Erased** ({len(step.erased)}): " + (", ".join(f"`{n}`" for n in step.erased) or "none"))
+        if step.replaced:
+            st.markdown("**Replaced** (provenance, old → new)")
+            st.dataframe(pd.DataFrame({"old": list(step.replaced), "new": list(step.replaced.values())}),
+                         hide_index=True, width="stretch", height=min(300, 38 + 35 * len(step.replaced)))
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def timing(trace) -> None:
+    st.markdown("#### Per-pass timing and memory")
+    if ss.spec is None:
+        st.caption("Timing needs the model: this trace came from a file whose model is not a sample here.")
+        return
+    c = st.columns([1, 1, 4], vertical_alignment="bottom")
+    repeats = c[0].number_input("Repeats", 3, 200, 20, key="repeats")
+    if c[1].button("Measure per-pass timing", key="bench_btn"):
+        from optimus.bench import bench_pipeline
+
+        passes = [p["name"] for p in trace.passes if p.get("enabled", True)] or None
+        bar = st.progress(0.0, text="capturing and running the pipeline")
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.progress(min(1.0, done / max(total, 1)), text=f"{label}: {done}/{total}")
+
+        try:
+            ss.bench = bench_pipeline(ss.spec, passes=passes, repeats=int(repeats), progress=progress)
+        except Exception as e:  # noqa: BLE001
+            title, msg = S.error_message(e)
+            st.error(f"**Timing failed — {title}**: {msg}")
+        bar.empty()
+    b = ss.bench
+    if b is None:
+        st.caption("Times the baseline graph and the graph after each enabled pass (eager), round-robin, "
+                   "CUDA events on a GPU, wall clock on CPU.")
+        return
+    st.info(f"Measured on {viz.method_text(b)}.")
+    l, r = st.columns(2)
+    l.plotly_chart(viz.speedup_figure(b), width="stretch")
+    r.plotly_chart(viz.memory_figure(b), width="stretch")
+    st.dataframe(pd.DataFrame(viz.bench_rows(b)), hide_index=True, width="stretch")
+
+
+def downloads(trace) -> None:
+    st.markdown("#### Export")
+    c = st.columns(3)
+    name = (trace.model or "trace").replace(":", "_").replace("/", "_")
+    c[0].download_button("Download trace JSON", trace.dumps(), file_name=f"{name}.trace.json",
+                         mime="application/json", key="dl_trace")
+    if c[1].button("Build HTML report", key="report_btn"):
+        with st.spinner("Drawing every step …"):
+            ss.report = viz.html_report(trace, catalogue=list(_catalogue().values()), bench=ss.bench)
+    if ss.get("report"):
+        c[2].download_button("Download HTML report", ss.report, file_name=f"{name}.report.html", mime="text/html",
+                             key="dl_report")
+
+
+def main() -> None:
+    spec, run = sidebar()
+    if run and spec:
+        ss.report = None
+        run_spec(spec)
+    if ss.error:  # shown once; the trace on screen is the last good one
+        st.error(f"**{ss.error[0]}**: {ss.error[1]}" + ("\n\nStill showing the previous trace." if ss.trace else ""))
+        ss.error = None
+    trace = ss.trace
+    if trace is None:
+        st.title("Optimus Lens")
+        st.markdown("Choose a model in the sidebar and start the pipeline with the red button. The model is "
+                    "captured as a pre-grad FX graph, the Optimus passes rewrite it one greedy match at a time, "
+                    "and each rewrite is shown here as a before/after graph with the pattern sites highlighted. "
+                    "You can also open a saved trace file.")
+        return
+    header(trace)
+    if not trace.steps:
+        st.info("No pattern matched: the pipeline made no step. The captured graph:")
+        opts = graph_options(len(trace.initial_graph))
+        height = opts.pop("height")
+        opts.pop("stacked")
+        show_view(viz.snapshot_view(trace, 0, **opts), height)
+    else:
+        cur, pass_filter, mode = navigator(trace)
+        opts = graph_options(max(len(trace.before(cur)), len(trace.after(cur))))
+        graphs(trace, cur, pass_filter, mode, opts)
+        step_details(trace, cur)
+        st.plotly_chart(viz.node_count_figure(trace, current=cur), width="stretch")
+    timing(trace)
+    downloads(trace)
+
+
+main()

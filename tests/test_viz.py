@@ -1,0 +1,257 @@
+"""viz/: step graphs as DOT (sites highlighted, created/erased marked, legend, k-hop cut of
+big graphs), SVG rendering with a time limit, plotly figures, the HTML report and viewer."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+import viz
+from optimus.bench import BenchResult, StageTiming
+from optimus.trace import Delta, GraphSnapshot, NodeRecord, Step, Trace, VerifyResult
+from viz.graph import CREATED_BORDER, CREATED_FILL, ERASED_BORDER, GROUP_COLOURS, graph_view, neighbourhood
+
+
+# --------------------------------------------------------------------------- a hand-built trace
+
+
+def rec(name, op="call_function", target="torch._C._nn.linear", inputs=(), shape=(4, 8), args=None, **kw):
+    inputs = list(inputs)
+    return NodeRecord(name=name, op=op, target=target, args=args if args is not None else [{"node": i} for i in inputs],
+                      inputs=inputs, shape=list(shape) if shape is not None else None, dtype="float32", **kw)
+
+
+def five_linears_trace(failed_step: bool = False) -> Trace:
+    """x -> 5 independent linears (each with a lifted weight) -> cat -> output; step 1 fuses the
+    linears into stack/bmm/unbind/getitems, step 2 (same pass) fuses the getitems' users (none
+    here: it renames the cat's input list, enough to exercise a second group)."""
+    nodes = [rec("l_x_", "placeholder", "L_x_", shape=(4, 8))]
+    for i in range(5):
+        nodes.append(rec(f"l_self_modules_fc{i}_parameters_weight_", "placeholder",
+                         f"L_self_modules_fc{i}_parameters_weight_", shape=(8, 8), module=f"fc{i}"))
+        nodes.append(rec(f"linear_{i}", inputs=["l_x_", f"l_self_modules_fc{i}_parameters_weight_"], module=f"fc{i}",
+                         module_type="Linear", source="m.py:3: return self.fc(x)"))
+    nodes.append(rec("cat", target="torch.cat", inputs=[f"linear_{i}" for i in range(5)], shape=(4, 40)))
+    nodes.append(rec("output", "output", "output", inputs=["cat"], shape=None))
+    snap = GraphSnapshot(nodes)
+    weights = [f"l_self_modules_fc{i}_parameters_weight_" for i in range(5)]
+    created = [rec("stack", target="torch.stack", inputs=weights, shape=(5, 8, 8)),
+               rec("bmm", target="torch.bmm", inputs=["l_x_", "stack"], shape=(5, 4, 8)),
+               rec("unbind", target="torch.unbind", inputs=["bmm"], shape=[[4, 8]] * 5)]
+    created += [rec(f"getitem_{i}", target="_operator.getitem", inputs=["unbind"], args=[{"node": "unbind"}, i])
+                for i in range(5)]
+    cat2 = rec("cat", target="torch.cat", inputs=[f"getitem_{i}" for i in range(5)], shape=(4, 40))
+    step1 = Step(index=1, pass_name="batch_linear", pattern="batch_linear", sites=[f"linear_{i}" for i in range(5)],
+                 created=[c.name for c in created], erased=[f"linear_{i}" for i in range(5)],
+                 replaced={f"linear_{i}": f"getitem_{i}" for i in range(5)},
+                 delta=Delta(upsert=created + [cat2], remove=[f"linear_{i}" for i in range(5)]),
+                 match_s=1e-4, rewrite_s=2e-3, nodes_after=len(snap) + 3,
+                 verify=VerifyResult(True, 0.0, 0.0, "outputs"))
+    relu = rec("relu", target="torch.relu", inputs=["cat"], shape=(4, 40))
+    out2 = rec("output", "output", "output", inputs=["relu"], shape=None)
+    step2 = Step(index=2, pass_name="batch_linear", pattern="batch_linear", sites=["cat"], created=["relu"], erased=[],
+                 replaced={}, delta=Delta(upsert=[relu, out2], remove=[]), match_s=1e-4, rewrite_s=1e-4,
+                 nodes_after=len(snap) + 4,
+                 verify=VerifyResult(False if failed_step else True, 0.5 if failed_step else 0.0, 0.1, "outputs"))
+    return Trace(model="five_linears", initial_graph=snap, steps=[step1, step2],
+                 passes=[{"name": "batch_linear", "enabled": True, "patterns": ["batch_linear"]}])
+
+
+def node_line(source: str, name: str) -> str:
+    """The DOT statement that declares node ``name``."""
+    m = re.search(rf'^\s*"?{re.escape(name)}"? \[.*$', source, re.M)
+    assert m, f"node {name} is not in the DOT source"
+    return m.group(0)
+
+
+def chain_snapshot(n: int) -> GraphSnapshot:
+    nodes = [rec("n0", "placeholder", "L_n0_")]
+    nodes += [rec(f"n{i}", target="torch.relu", inputs=[f"n{i - 1}"]) for i in range(1, n)]
+    return GraphSnapshot(nodes)
+
+
+# --------------------------------------------------------------------------- DOT
+
+
+def test_before_view_fills_sites_with_group_colour_and_dashes_erased_nodes_red():
+    v = viz.step_view(five_linears_trace(), 1, "before")
+    for i in range(5):
+        line = node_line(v.source, f"linear_{i}")
+        assert f"fillcolor=\"{GROUP_COLOURS[0]}\"" in line
+        assert "dashed" in line and ERASED_BORDER in line
+    assert GROUP_COLOURS[0] not in node_line(v.source, "cat")  # not a site
+
+
+def test_after_view_marks_created_nodes_green_and_drops_erased_sites():
+    v = viz.step_view(five_linears_trace(), 1, "after")
+    for name in ("stack", "bmm", "unbind", "getitem_3"):
+        line = node_line(v.source, name)
+        assert CREATED_BORDER in line and CREATED_FILL in line
+    assert not re.search(r'^\s*"?linear_0"? \[', v.source, re.M)
+    assert set(v.focus) == set(five_linears_trace().step(1).created)  # the viewer zooms onto the new nodes
+
+
+def test_legend_names_the_marks_present_in_the_view():
+    before = viz.step_view(five_linears_trace(), 1, "before").source
+    after = viz.step_view(five_linears_trace(), 1, "after").source
+    assert "__legend__" in before and "pattern site: step 1 (batch_linear)" in before and "erased (5)" in before
+    assert "created (8)" in after and "erased" not in after.split("__legend__", 1)[1]
+
+
+def test_labels_give_op_short_target_shape_dtype_and_readable_placeholders():
+    t = five_linears_trace()
+    src = viz.step_view(t, 1, "after", fold_params=False).source
+    assert "label=\"x\\n4×8 f32\"" in node_line(src, "l_x_")
+    assert "fc0.weight" in node_line(src, "l_self_modules_fc0_parameters_weight_")
+    assert "getitem [3]" in node_line(src, "getitem_3")
+    assert "5×(4×8)" in node_line(src, "unbind")  # tuple output of equal shapes
+    assert "bmm\\n5×4×8 f32" in node_line(src, "bmm")
+    assert "m.py:3" in node_line(viz.step_view(t, 1, "before").source, "linear_0")  # tooltip has the source line
+
+
+def test_parameter_placeholders_fold_into_their_users():
+    t = five_linears_trace()
+    folded = viz.step_view(t, 1, "before")
+    assert folded.folded == 5
+    assert not re.search(r'^\s*"?l_self_modules_fc0_parameters_weight_"? \[', folded.source, re.M)
+    assert "l_self_modules_fc0_parameters_weight_ ->" not in folded.source
+    assert "+1 param" in node_line(folded.source, "linear_0")
+    shown = viz.step_view(t, 1, "before", fold_params=False)
+    assert shown.folded == 0 and "l_self_modules_fc0_parameters_weight_" in shown.source
+
+
+def test_pass_overview_gives_each_step_its_own_colour():
+    t = five_linears_trace()
+    after = viz.pass_view(t, "batch_linear", "after")
+    assert f'fillcolor="{GROUP_COLOURS[0]}"' in node_line(after.source, "bmm")     # made by step 1
+    assert f'fillcolor="{GROUP_COLOURS[1]}"' in node_line(after.source, "relu")    # made by step 2
+    assert "step 1 (batch_linear)" in after.source and "step 2 (batch_linear)" in after.source
+    with pytest.raises(KeyError):
+        viz.pass_view(t, "batch_relu", "after")
+
+
+def test_small_graph_is_drawn_whole():
+    v = graph_view(chain_snapshot(50), viz.Marks(groups={"n25": 0}))
+    assert v.shown == 50 and v.elided == 0 and v.hops is None and "__elided__" not in v.source
+
+
+def test_big_graph_is_cut_to_the_k_hop_neighbourhood_with_the_elided_count():
+    snap = chain_snapshot(1000)
+    v = graph_view(snap, viz.Marks(groups={"n500": 0}), hops=2)
+    names = set(re.findall(r'^\s*"?(n\d+)"? \[', v.source, re.M))
+    assert names == {"n498", "n499", "n500", "n501", "n502"}
+    assert v.elided == 995 and v.hops == 2
+    assert "… 995 nodes not shown" in v.source
+    wider = graph_view(snap, viz.Marks(groups={"n500": 0}), hops=4)
+    assert wider.shown == 9 and "… 991 nodes not shown" in wider.source
+    full = graph_view(snap, viz.Marks(groups={"n500": 0}), full=True)
+    assert full.shown == 1000 and full.elided == 0
+
+
+def test_neighbourhood_stops_before_a_hop_that_would_pass_the_node_limit():
+    hub = [rec("x", "placeholder", "L_x_")] + [rec(f"u{i}", target="torch.relu", inputs=["x"]) for i in range(600)]
+    snap = GraphSnapshot(hub)
+    keep, used = neighbourhood(snap, {"u0"}, hops=2, max_nodes=300)
+    assert keep == {"u0", "x"} and used == 1  # hop 2 would add all 599 siblings
+    v = graph_view(snap, viz.Marks(groups={"u0": 0}), hops=2, max_nodes=300)
+    assert v.shown == 2 and v.hops == 1 and "… 599 nodes not shown" in v.source
+
+
+def test_big_graph_without_marks_shows_its_first_nodes():
+    v = viz.snapshot_view(Trace("chain", chain_snapshot(700)), 0, max_nodes=300)
+    assert v.shown == 300 and v.elided == 400 and "first nodes in graph order" in v.source
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def test_render_svg_keeps_the_highlight_colours():
+    svg = viz.render_svg(viz.step_view(five_linears_trace(), 1, "before"))
+    assert svg.lstrip().startswith("<?xml") or "<svg" in svg[:400]
+    assert GROUP_COLOURS[0] in svg and ERASED_BORDER in svg
+    assert 'width="100%"' in viz.responsive_svg(svg)
+
+
+def test_render_svg_times_out_with_a_clear_message():
+    view = graph_view(chain_snapshot(3000), full=True, clusters=False)
+    with pytest.raises(viz.RenderError, match="did not finish within"):
+        viz.render_svg(view, timeout_s=0.05)
+
+
+def test_render_svg_reports_dot_syntax_errors():
+    with pytest.raises(viz.RenderError, match="dot failed"):
+        viz.render_svg("digraph { a -> }")
+
+
+def test_viewer_page_embeds_the_svg_and_zooms_to_the_focus_nodes():
+    page = viz.svg_viewer_html(viz.render_svg(viz.step_view(five_linears_trace(), 1, "before")), ["linear_0", "linear_4"])
+    assert '["linear_0", "linear_4"]' in page and "<svg" in page and "fit sites" in page
+    assert not re.search(r'<svg width="\d', page)
+
+
+# --------------------------------------------------------------------------- figures and report
+
+
+def bench() -> BenchResult:
+    return BenchResult("cpu", "wall-clock", [
+        StageTiming("baseline", 20, 2.0, 1.8, 2.4, 10, 1.0, 4096, "estimate"),
+        StageTiming("batch_linear", 23, 1.0, 0.9, 1.25, 10, 2.0, 3072, "estimate")])
+
+
+def test_node_count_figure_marks_failed_verification_steps():
+    fig = viz.node_count_figure(five_linears_trace(failed_step=True), current=1)
+    names = [t.name for t in fig.data]
+    assert "verify failed" in names
+    failed = fig.data[names.index("verify failed")]
+    assert list(failed.x) == [2] and failed.marker.symbol == "x"
+    assert list(fig.data[0].y) == [13, 16, 17]  # captured, then nodes_after of each step
+    assert "verify failed" not in [t.name for t in viz.node_count_figure(five_linears_trace()).data]
+
+
+def test_speedup_figure_has_p10_p90_spread_and_memory_figure_says_estimate():
+    b = bench()
+    sp = viz.speedup_figure(b)
+    bar = sp.data[0]
+    assert list(bar.y) == [1.0, 2.0]
+    assert bar.error_y.array[1] == pytest.approx(2.0 / 0.9 - 2.0) and bar.error_y.arrayminus[1] == pytest.approx(2.0 - 1.6)
+    assert "wall clock" in sp.layout.title.text
+    mem = viz.memory_figure(b)
+    assert list(mem.data[0].y) == pytest.approx([4096 / 2**20, 3072 / 2**20])
+    assert "estimate" in mem.layout.title.text
+    assert viz.bench_rows(b)[1]["speedup"] == 2.0
+
+
+def test_step_facts_name_pattern_provenance_verify_and_times():
+    t = five_linears_trace(failed_step=True)
+    facts = dict(viz.step_facts(t.step(1), {"description": "fuse linears", "preconditions": ["2-D"],
+                                           "source": "optimus/passes/batch.py:10"}))
+    assert facts["defined at"] == "optimus/passes/batch.py:10" and facts["what it does"] == "fuse linears"
+    assert "linear_0 → getitem_0" in facts["replaced"]
+    assert facts["time"] == "match 0.10 ms, rewrite 2.00 ms"
+    assert viz.verify_text(t.step(2).verify).startswith("FAILED")
+
+
+def test_html_report_draws_every_step_before_and_after():
+    html = viz.html_report(five_linears_trace(), catalogue=[], include_plotlyjs=False, bench=bench())
+    assert html.count("<svg") == 4 and "id='step-1'" in html and "id='step-2'" in html
+    assert GROUP_COLOURS[0] in html and "Speedup vs baseline" in html
+
+
+def test_views_of_a_recorded_run_highlight_every_step_site():
+    from optimus.run import optimize
+
+    trace = optimize("teach_split_cat", verify="off").trace
+    assert trace.steps
+    for step in trace.steps:
+        before = viz.step_view(trace, step.index, "before", fold_params=False)
+        for site in step.sites:
+            assert f'fillcolor="{GROUP_COLOURS[0]}"' in node_line(before.source, site)
+    viz.render_svg(viz.step_view(trace, 1, "after"))
+
+
+def test_viz_does_not_import_streamlit_or_the_app():
+    code = "import sys, viz, viz.report, viz.viewer; print(sorted(m for m in sys.modules if m.split('.')[0] in ('streamlit', 'app')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
