@@ -11,6 +11,7 @@ with ``verify="step"`` it is linted and run after every step.
 """
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -20,8 +21,9 @@ from torch.fx import Graph, GraphModule, Node
 
 from optimus import verify as _verify
 from optimus.pattern import BatchPattern, Miss, Pattern, RewritePattern, SearchOptions
-from optimus.record import recording, snapshot_graph
-from optimus.search import GraphIndex, fusion_candidates, independent_subsets
+from optimus.record import Recording, recording, snapshot_graph
+from optimus.search import (CandidateSearch, GraphIndex, KeyCache, downstream, independent_subsets,
+                            is_search_root)
 from optimus.trace import Step, Trace, VerifyResult
 
 VERIFY_MODES = ("step", "end", "off")
@@ -131,7 +133,8 @@ class Engine:
             self._ref = _verify.reference(gm, self.inputs, self.opts.grads)
         if self.opts.keep_stages:
             self.stages.append(("baseline", copy_graph_module(gm)))
-        self._key_cache: dict[Node, object] = {}
+        self._batch: dict[BatchPattern, tuple[KeyCache, set[Node], CandidateSearch, SearchOptions]] = {}
+        self._by_target: dict | None = None
         self.pass_seconds: dict[str, float] = {}
 
     # ------------------------------------------------------------------ public
@@ -142,7 +145,26 @@ class Engine:
         return self.trace
 
     def steps(self) -> Iterator[Step]:
-        """Apply the pipeline, yielding each Step right after it is applied."""
+        """Apply the pipeline, yielding each Step right after it is applied.
+
+        Python's cyclic garbage collector is paused while the engine works between two
+        Steps (not while the caller handles one): a run allocates many long-lived objects
+        (FX nodes, FakeTensors, trace records), and full collections rescanning them took a
+        fifth to a third of a run on graphs of 20k nodes."""
+        work = self._steps()
+        while True:
+            was_enabled = gc.isenabled()
+            gc.disable()
+            try:
+                step = next(work, None)
+            finally:
+                if was_enabled:
+                    gc.enable()
+            if step is None:
+                return
+            yield step
+
+    def _steps(self) -> Iterator[Step]:
         for p in self.pipeline.enabled():
             t0 = time.perf_counter()
             yield from self._run_pass(p)
@@ -157,53 +179,103 @@ class Engine:
 
     # ------------------------------------------------------------------ passes
     def _run_pass(self, p: Pass) -> Iterator[Step]:
-        for _ in range(p.max_iterations):
-            changed = False
-            for pattern in p.patterns:
-                if isinstance(pattern, BatchPattern):
-                    gen = self._sweep_batch(p, pattern)
-                else:
-                    gen = self._sweep_rewrite(p, pattern)
-                for step in gen:
-                    changed = True
-                    yield step
-            if not changed:
-                return
+        """Sweep every pattern of ``p`` until a sweep changes nothing (at most
+        ``p.max_iterations`` sweeps each).
 
-    def _key(self, pattern: BatchPattern, n: Node):
-        k = self._key_cache.get(n, self._key_cache)
-        if k is self._key_cache:
-            k = pattern.key(n)
-            self._key_cache[n] = k
-        return k
+        Equivalent to re-sweeping the whole graph each time, but a BatchPattern sweep
+        only searches from *dirty* roots: at the start of the pass, the roots that can see
+        a node whose group key is shared by at least ``min_fuse_set_size`` nodes of the
+        graph (no other root can find a group); after a search that found no group large
+        enough, the root is clean until a step changes a node within its search range
+        (:func:`optimus.search.downstream`). Keys are cached for the pass and
+        recomputed for nodes a step created or rewired and for the inputs and former
+        producers of those whose users changed."""
+        self._begin_pass(p)
+        try:
+            for _ in range(p.max_iterations):
+                changed = False
+                for pattern in p.patterns:
+                    if isinstance(pattern, BatchPattern):
+                        gen = self._sweep_batch(p, pattern)
+                    else:
+                        gen = self._sweep_rewrite(p, pattern)
+                    for step in gen:
+                        changed = True
+                        yield step
+                if not changed:
+                    return
+        finally:
+            self._batch = {}
+
+    def _begin_pass(self, p: Pass) -> None:
+        """Key every node that has a user (only those are ever searched), and mark dirty
+        the roots that can see a node of a key class of at least ``min_fuse_set_size``."""
+        self._batch = {}
+        batch = [pattern for pattern in p.patterns if isinstance(pattern, BatchPattern)]
+        users = [n for n in self.gm.graph.nodes if n.users] if batch else []
+        for pattern in batch:
+            opts = p.options or pattern.options
+            cache = KeyCache(pattern.key)
+            for n in users:
+                self._key(pattern, cache, n, p)
+            big = {k for k, c in cache.counts.items() if c >= opts.min_fuse_set_size}
+            sources = [n for n, k in cache.items() if k is not None and k in big]
+            reach = downstream(sources, cache.__getitem__, opts.max_fuse_search_depth) if sources else ()
+            dirty = {n for n in reach if is_search_root(n)}
+            self._batch[pattern] = (cache, dirty, CandidateSearch(cache.__getitem__, opts.max_fuse_search_depth), opts)
+
+    def _key(self, pattern: BatchPattern, cache: KeyCache, n: Node, p: Pass):
+        try:
+            return cache[n]
+        except Exception as e:  # noqa: BLE001
+            raise PatternError(p.name, pattern.name, [n.name], e) from e
 
     def _sweep_batch(self, p: Pass, pattern: BatchPattern) -> Iterator[Step]:
-        opts = p.options or pattern.options
-        self._key_cache = {}
-        key = lambda n: self._key(pattern, n)  # noqa: E731
+        cache, dirty, search, opts = self._batch[pattern]
+        if not dirty:
+            return
         node = self.gm.graph.output_node()
         t_match = time.perf_counter()
         while node.op != "root":
-            try:
-                buckets = fusion_candidates(node, key, opts.max_fuse_search_depth)
-            except Exception as e:  # noqa: BLE001
-                raise PatternError(p.name, pattern.name, [node.name], e) from e
-            for nodes in buckets.values():
-                if len(nodes) < opts.min_fuse_set_size:
-                    continue
-                for subset in independent_subsets(nodes, self.index, opts):
-                    match_s = time.perf_counter() - t_match
-                    yield self._apply(p, pattern, subset, lambda s=subset: pattern.fuse(self.gm.graph, s), match_s)
-                    t_match = time.perf_counter()
+            if node in dirty:
+                try:
+                    buckets = search(node)
+                except Exception as e:  # noqa: BLE001
+                    raise PatternError(p.name, pattern.name, [node.name], e) from e
+                grouped = False
+                for nodes in buckets.values():
+                    if len(nodes) < opts.min_fuse_set_size:
+                        continue
+                    grouped = True
+                    for subset in independent_subsets(nodes, self.index, opts):
+                        match_s = time.perf_counter() - t_match
+                        yield self._apply(p, pattern, subset, lambda s=subset: pattern.fuse(self.gm.graph, s), match_s)
+                        t_match = time.perf_counter()
+                if not grouped:
+                    dirty.discard(node)
             node = node.prev
+
+    def _targets(self) -> dict:
+        """target -> live call_function / call_method nodes with that target, kept up to date by :meth:`_apply`."""
+        if self._by_target is None:
+            self._by_target = {}
+            for n in self.gm.graph.nodes:
+                if n.op in ("call_function", "call_method"):
+                    self._by_target.setdefault(n.target, {})[n] = None
+        return self._by_target
 
     def _sweep_rewrite(self, p: Pass, pattern: RewritePattern) -> Iterator[Step]:
         anchors = pattern.anchors
+        if anchors:
+            by_target = self._targets()
+            nodes = [n for t in anchors for n in by_target.get(t, ())]
+            nodes.sort(key=self.index.pos.__getitem__, reverse=True)
+        else:
+            nodes = list(self.gm.graph.nodes)
+            nodes.reverse()
         t_match = time.perf_counter()
-        for node in reversed(list(self.gm.graph.nodes)):
+        for node in nodes:
             if node._erased:
-                continue
-            if anchors and (node.target if node.op in ("call_function", "call_method") else None) not in anchors:
                 continue
             try:
                 m = pattern.match(node)
@@ -225,17 +297,18 @@ class Engine:
             except Exception as e:  # noqa: BLE001
                 raise PatternError(p.name, pattern.name, site_names, e) from e
         created = rec.created_alive()
-        self.index.update(created, rec.erased, rec.rewired)
-        for n in [*created, *rec.rewired, *(i for c in created for i in c.all_input_nodes)]:
-            self._key_cache.pop(n, None)
-        for n in rec.erased:
-            self._key_cache.pop(n, None)
+        try:
+            self.index.update(created, rec.erased, rec.rewired)
+            self._note_change(rec, created)
+        except Exception as e:  # noqa: BLE001  (a key of the pass raised on a changed node)
+            raise PatternError(p.name, pattern.name, site_names, e) from e
         rewrite_s = time.perf_counter() - t0
         delta = rec.delta() if self.opts.record else None
+        created_ids = {id(n) for n in rec.created}
         step = Step(
             index=len(self.trace.steps) + 1, pass_name=p.name, pattern=pattern.name, sites=site_names,
             created=[n.name for n in created],
-            erased=[n.name for n in rec.erased if n not in set(rec.created)],
+            erased=[n.name for n in rec.erased if id(n) not in created_ids],
             replaced=dict(rec.replaced), delta=delta, match_s=match_s, rewrite_s=rewrite_s,
             nodes_after=len(self.gm.graph.nodes),
         )
@@ -243,6 +316,36 @@ class Engine:
             step.verify = self._check()
         self.trace.steps.append(step)
         return step
+
+    def _note_change(self, rec: Recording, created: list[Node]) -> None:
+        """Keep the target index, the pass's key caches and dirty roots in step with one
+        step: O(nodes the step touched and their search neighbourhood)."""
+        if self._by_target is not None:
+            for n in rec.erased:
+                bucket = self._by_target.get(n.target)
+                if bucket is not None:
+                    bucket.pop(n, None)
+            for n in created:
+                if n.op in ("call_function", "call_method"):
+                    self._by_target.setdefault(n.target, {})[n] = None
+        if not self._batch:
+            return
+        rewired = [n for n in rec.rewired if not n._erased]
+        changed = dict.fromkeys(created)
+        changed.update(dict.fromkeys(rewired))
+        for n in (*created, *rewired):
+            changed.update(dict.fromkeys(n.all_input_nodes))
+        changed.update(dict.fromkeys(n for n in (*rec.erased_inputs, *rec.rewired_from) if not n._erased))
+        for cache, dirty, search, opts in self._batch.values():
+            cache.forget(changed)
+            cache.forget(rec.erased)
+            search.forget(changed)
+            search.forget(rec.erased)
+            dirty.difference_update(rec.erased)
+            # created and rewired nodes are users of changed nodes, so they are in reach too
+            reach = downstream(changed, cache.__getitem__, opts.max_fuse_search_depth)
+            search.forget(reach)
+            dirty.update(n for n in reach if is_search_root(n))
 
     def _check(self) -> VerifyResult:
         if self._ref is None:

@@ -9,6 +9,7 @@ see the change; the replay tests check this for every shipped pattern.
 """
 from __future__ import annotations
 
+import functools
 import re
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -73,8 +74,16 @@ def module_path(node: Node) -> tuple[str | None, str | None]:
     stack = node.meta.get("nn_module_stack")
     if not stack:
         return None, None
-    path, cls = list(stack.values())[-1]
-    path = _MODULE_PREFIX.sub("", str(path))
+    path, cls = next(reversed(stack.values()))
+    try:
+        return _module_path(str(path), cls)
+    except TypeError:  # an unhashable class entry
+        return _module_path.__wrapped__(str(path), cls)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _module_path(path: str, cls: Any) -> tuple[str | None, str | None]:
+    path = _MODULE_PREFIX.sub("", path)
     path = re.sub(r"\._modules\['([^']*)'\]", r".\1", path)
     name = cls.__name__ if isinstance(cls, type) else str(cls).rsplit(".", 1)[-1].strip("'>")
     return path or None, name
@@ -100,13 +109,17 @@ def snapshot_graph(graph: Graph) -> GraphSnapshot:
 
 class Recording:
     """What the hooks saw during one scope: created and erased nodes (by identity, in
-    order), the users whose inputs were rewired, and the old->new name map."""
+    order), the users whose inputs were rewired, and the old->new name map.
+    ``erased_inputs`` are the inputs of erased nodes (read before FX clears them) and
+    ``rewired_from`` the nodes whose uses were moved away: both lost users."""
 
     def __init__(self):
         self.created: list[Node] = []
         self.erased: list[Node] = []
         self.rewired: list[Node] = []
         self.replaced: dict[str, str] = {}
+        self.erased_inputs: list[Node] = []
+        self.rewired_from: list[Node] = []
 
     def created_alive(self) -> list[Node]:
         gone = {id(n) for n in self.erased}
@@ -145,9 +158,11 @@ def recording(gm: GraphModule) -> Iterator[Recording]:
 
     def on_erase(n: Node) -> None:
         rec.erased.append(n)
+        rec.erased_inputs.extend(n.all_input_nodes)
 
     def on_replace(old: Node, new: str, user: Node) -> None:
         rec.rewired.append(user)
+        rec.rewired_from.append(old)
         if old.name != new:
             rec.replaced[old.name] = new
 

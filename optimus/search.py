@@ -21,6 +21,10 @@ What differs is the bookkeeping, which keeps the search near-linear:
   ancestors of every candidate.
 * After a step, :meth:`GraphIndex.repair` moves only the nodes that now precede one of
   their inputs, so the graph stays topologically valid after every step without a sort.
+* :class:`KeyCache` computes each node's group key once per pass;
+  :class:`CandidateSearch` shares the search below single-input chains between roots;
+  :func:`downstream` finds the roots whose search a step can have changed, so the
+  engine re-searches only those (see ``Engine._run_pass``).
 """
 from __future__ import annotations
 
@@ -32,7 +36,8 @@ from torch.fx import Graph, Node
 
 from optimus.pattern import Miss, SearchOptions
 
-GAP = 1 << 20
+GAP = 1 << 32          # spacing of positions after a (re)numbering
+SPREAD = 1 << 12       # a relabelled window leaves at least this much room between neighbours
 LEVEL_SLACK = 16
 
 
@@ -42,6 +47,14 @@ class GraphIndex:
     ``pos[n]`` increases along the node list; ``level[n] > level[i]`` for every input
     ``i`` of ``n``. Call :meth:`update` after each step with the nodes it created,
     erased and rewired.
+
+    Positions are integers with gaps (order-maintenance labels): a node placed between
+    two neighbours takes the midpoint; when there is no room, only a window of list
+    neighbours is relabelled evenly, the smallest (doubling) whose label range leaves
+    ``SPREAD`` between them, so many inserts at one spot relabel a few nodes now and
+    then instead of renumbering the graph. ``renumbers`` counts whole-graph
+    renumberings (only the first, today), ``relabels`` local ones and ``relabelled`` the
+    nodes they relabelled.
     """
 
     def __init__(self, graph: Graph):
@@ -49,89 +62,140 @@ class GraphIndex:
         self.pos: dict[Node, int] = {}
         self.level: dict[Node, int] = {}
         self.renumbers = 0
+        self.relabels = 0
+        self.relabelled = 0
         self._renumber()
+        level = self.level
         for n in graph.nodes:
-            self.level[n] = max((self.level[i] for i in n.all_input_nodes), default=-LEVEL_SLACK) + LEVEL_SLACK
+            level[n] = max((level[i] for i in n.all_input_nodes), default=-LEVEL_SLACK) + LEVEL_SLACK
 
     def _renumber(self) -> None:
         self.renumbers += 1
         for i, n in enumerate(self.graph.nodes):
             self.pos[n] = (i + 1) * GAP
 
-    def _bounds(self, n: Node) -> tuple[int, int | None]:
-        p = n.prev
-        lo = 0 if p.op == "root" else self.pos[p]
-        q = n.next
-        hi = None if q.op == "root" else self.pos.get(q)
-        return lo, hi
-
     def _place(self, n: Node) -> None:
         """Give ``n`` a position between its list neighbours (which must be placed)."""
-        lo, hi = self._bounds(n)
-        if hi is None:
+        p, q = n.prev, n.next
+        lo = 0 if p.op == "root" else self.pos[p]
+        if q.op == "root":
             self.pos[n] = lo + GAP
-        elif hi - lo >= 2:
+            return
+        hi = self.pos[q]
+        if hi - lo >= 2:
             self.pos[n] = (lo + hi) // 2
         else:
-            self._renumber()
+            self._spread(n, n)
+
+    def _spread(self, first: Node, last: Node) -> None:
+        """Relabel the nodes from ``first`` to ``last`` (a contiguous run of the list, not
+        necessarily placed) and as few neighbours as needed, evenly, leaving at least
+        ``SPREAD`` between consecutive labels."""
+        pos = self.pos
+        count = 1
+        m = first
+        while m is not last:
+            m = m.next
+            count += 1
+        grow = max(count, 8)
+        while True:
+            # widen the window by ``grow`` placed neighbours on each side
+            for _ in range(grow):
+                if first.prev.op == "root":
+                    break
+                first = first.prev
+                count += 1
+            for _ in range(grow):
+                if last.next.op == "root":
+                    break
+                last = last.next
+                count += 1
+            # the window's bounds must be placed nodes (or the list's ends)
+            while first.prev.op != "root" and first.prev not in pos:
+                first = first.prev
+                count += 1
+            while last.next.op != "root" and last.next not in pos:
+                last = last.next
+                count += 1
+            lo = 0 if first.prev.op == "root" else pos[first.prev]
+            if last.next.op == "root":  # the end of the list has room for anything
+                hi = lo + (count + 1) * GAP
+                break
+            hi = pos[last.next]
+            if hi - lo >= (count + 1) * SPREAD:
+                break
+            grow *= 2
+        self.relabels += 1
+        self.relabelled += count
+        step = (hi - lo) // (count + 1)
+        m = first
+        for k in range(1, count + 1):
+            pos[m] = lo + k * step
+            m = m.next
 
     def update(self, created: Iterable[Node], erased: Iterable[Node], rewired: Iterable[Node]) -> int:
         """Bring the index up to date after one step and repair the list order.
 
         Created nodes get a position from their neighbours and a level from their inputs;
-        then every created or rewired node that precedes an input is moved to just after
-        its latest input, and its users re-checked (forward only, so it terminates).
+        then :meth:`repair` moves every created or rewired node that precedes an input.
         Returns the number of nodes moved.
         """
+        pos = self.pos
         for n in erased:
-            self.pos.pop(n, None)
+            pos.pop(n, None)
             self.level.pop(n, None)
         created = [n for n in created if not n._erased]
         # place runs of new nodes between placed neighbours, in list order
         for n in created:
-            if n in self.pos:
+            if n in pos:
                 continue
             first = n
-            while first.prev.op != "root" and first.prev not in self.pos:
+            while first.prev.op != "root" and first.prev not in pos:
                 first = first.prev
             run = []
             m = first
-            while m.op != "root" and m not in self.pos:
+            while m.op != "root" and m not in pos:
                 run.append(m)
                 m = m.next
-            lo = 0 if first.prev.op == "root" else self.pos[first.prev]
-            hi = None if m.op == "root" else self.pos[m]
-            if hi is None:
+            lo = 0 if first.prev.op == "root" else pos[first.prev]
+            if m.op == "root":
                 for k, r in enumerate(run):
-                    self.pos[r] = lo + (k + 1) * GAP
-            elif hi - lo > len(run):
-                step = (hi - lo) // (len(run) + 1)
+                    pos[r] = lo + (k + 1) * GAP
+            elif pos[m] - lo > len(run):
+                step = (pos[m] - lo) // (len(run) + 1)
                 for k, r in enumerate(run):
-                    self.pos[r] = lo + (k + 1) * step
+                    pos[r] = lo + (k + 1) * step
             else:
-                self._renumber()
+                self._spread(run[0], run[-1])
         for n in created:
             self._set_level(n)
         return self.repair([*created, *(r for r in rewired if not r._erased)])
 
     def _set_level(self, n: Node) -> None:
         stack = [n]
+        level = self.level
         while stack:
             m = stack[-1]
-            missing = [i for i in m.all_input_nodes if i not in self.level]
+            missing = [i for i in m.all_input_nodes if i not in level]
             if missing:
                 stack.extend(missing)
                 continue
             stack.pop()
-            if m not in self.level:
-                self.level[m] = max((self.level[i] for i in m.all_input_nodes), default=-1) + 1
+            if m not in level:
+                level[m] = max((level[i] for i in m.all_input_nodes), default=-1) + 1
 
     def repair(self, nodes: Iterable[Node]) -> int:
-        """Move nodes that precede one of their inputs forward, and raise levels that are
-        not above their inputs', following users until nothing changes."""
-        moved = 0
-        work = deque(nodes)
+        """Restore a topological list order and the level invariant after a step.
+
+        Order: nodes are taken first in, first out from ``nodes``; one that precedes its
+        latest input is moved to just after that input, and its users are queued
+        (forward moves only, so this terminates). Levels: a node not above all of its
+        inputs is raised to one more than the highest, and its users are re-checked.
+        Returns the number of moves."""
         pos, level = self.pos, self.level
+        nodes = list(nodes)
+        moved: list[Node] = []
+        work = deque(nodes)
         while work:
             v = work.popleft()
             if v._erased or v.op == "root":
@@ -140,39 +204,49 @@ class GraphIndex:
             if not inputs:
                 continue
             latest = max(inputs, key=pos.__getitem__)
-            changed = False
             if pos[latest] >= pos[v]:
                 latest.append(v)
                 self._place(v)
-                moved += 1
-                changed = True
+                moved.append(v)
+                work.extend(v.users)
+        work = deque(nodes)
+        work.extend(moved)
+        while work:
+            v = work.popleft()
+            if v._erased or v.op == "root":
+                continue
+            inputs = v.all_input_nodes
+            if not inputs:
+                continue
             top = max(level[i] for i in inputs)
             if level[v] <= top:
                 level[v] = top + 1
-                changed = True
-            if changed:
                 work.extend(v.users)
-        return moved
+        return len(moved)
 
     def check(self) -> None:
         """Assert both numberings are consistent with the graph (tests call this)."""
         last = -1
+        count = 0
         for n in self.graph.nodes:
+            count += 1
             assert self.pos[n] > last, f"pos out of order at {n}"
             last = self.pos[n]
             for i in n.all_input_nodes:
                 assert self.pos[i] < self.pos[n], f"{i} is after its user {n}"
                 assert self.level[i] < self.level[n], f"level of {i} >= level of its user {n}"
+        assert count == len(self.pos) == len(self.level), "index holds erased nodes"
 
 
 KeyFn = Callable[[Node], "Hashable | Miss"]
 
 
-def fusion_candidates(root: Node, key: KeyFn, depth: int) -> dict[Hashable, list[Node]]:
+def fusion_candidates(root: Node, key: KeyFn, depth: int, exclude_getitem: bool = True) -> dict[Hashable, list[Node]]:
     """Nodes within ``depth`` producer hops of ``root`` bucketed by group key, in BFS
     order (nearest first, then argument order). Matching nodes are not expanded; a
-    getitem root yields nothing (upstream's ``SEARCH_EXCLUSIONS``)."""
-    if root.op == "call_function" and root.target is operator.getitem:
+    getitem root yields nothing (upstream's ``SEARCH_EXCLUSIONS``) unless
+    ``exclude_getitem`` is False."""
+    if exclude_getitem and root.op == "call_function" and root.target is operator.getitem:
         return {}
     buckets: dict[Hashable, list[Node]] = {}
     inputs = root.all_input_nodes
@@ -189,6 +263,108 @@ def fusion_candidates(root: Node, key: KeyFn, depth: int) -> dict[Hashable, list
                     seen.add(m)
                     q.append((d + 1, m))
     return buckets
+
+
+def is_search_root(n: Node) -> bool:
+    """False for the nodes a sweep never searches from: getitems (upstream's
+    ``SEARCH_EXCLUSIONS``) and placeholders (they have no producers)."""
+    return not (n.op == "placeholder" or (n.op == "call_function" and n.target is operator.getitem))
+
+
+class KeyCache(dict):
+    """``key(node)`` of one BatchPattern, memoised: a group key, or None where the
+    pattern does not match (a :class:`Miss` is stored as None). ``cache[n]`` computes on
+    first use; :meth:`forget` drops the entries of nodes whose key may have changed.
+    ``counts`` holds how many cached nodes share each key."""
+
+    def __init__(self, key: KeyFn):
+        super().__init__()
+        self.key = key
+        self.counts: dict[Hashable, int] = {}
+
+    def __missing__(self, n: Node):
+        k = self.key(n)
+        if isinstance(k, Miss):
+            k = None
+        self[n] = k
+        if k is not None:
+            self.counts[k] = self.counts.get(k, 0) + 1
+        return k
+
+    def forget(self, nodes: Iterable[Node]) -> None:
+        for n in nodes:
+            k = self.pop(n, None)
+            if k is not None:
+                self.counts[k] -= 1
+
+
+def downstream(sources: Iterable[Node], key: Callable[[Node], object], depth: int) -> set[Node]:
+    """Every node whose :func:`fusion_candidates` search (same ``key`` and ``depth``)
+    examines one of ``sources``: the users of a source, and their users through
+    non-matching nodes, up to ``depth`` hops (a multi-source breadth-first walk towards
+    consumers: the search run backwards). O(nodes and edges walked)."""
+    dist: dict[Node, int] = {}
+    out: set[Node] = set()
+    q: deque = deque()
+    for s in sources:
+        if s not in dist and not s._erased:
+            dist[s] = 0
+            q.append(s)
+    while q:
+        n = q.popleft()
+        d = dist[n] + 1
+        for u in n.users:
+            out.add(u)  # also a source: it may see another source
+            if u in dist:
+                continue
+            dist[u] = d
+            if d < depth and key(u) is None:
+                q.append(u)
+    return out
+
+
+class CandidateSearch:
+    """:func:`fusion_candidates` for one key and depth, sharing work between roots.
+
+    A node with a single input that does not match searches exactly what that input
+    would search with one hop less (same nodes, same order), so those results are
+    memoised per (node, hops left): the many roots below one wide node (e.g. the users
+    of an ``unbind``'s getitems, all behind one ``stack`` of 300 inputs) search it once.
+    Call :meth:`forget` with every node whose search range changed (see
+    :func:`downstream`). The returned buckets are shared: do not mutate them."""
+
+    def __init__(self, key: Callable[[Node], object], depth: int):
+        self.key = key
+        self.depth = depth
+        self.memo: dict[tuple[Node, int], dict] = {}
+
+    def __call__(self, root: Node) -> dict[Hashable, list[Node]]:
+        if root.op == "call_function" and root.target is operator.getitem:
+            return {}
+        return self._search(root, self.depth)
+
+    def _search(self, x: Node, depth: int) -> dict[Hashable, list[Node]]:
+        inputs = x.all_input_nodes
+        if len(inputs) != 1:
+            return fusion_candidates(x, self.key, depth, exclude_getitem=False)
+        (i,) = inputs
+        k = self.key(i)
+        if k is not None and not isinstance(k, Miss):
+            return {k: [i]}
+        if depth <= 1:
+            return {}
+        got = self.memo.get((i, depth - 1))
+        if got is None:
+            got = self.memo[(i, depth - 1)] = self._search(i, depth - 1)
+        return got
+
+    def forget(self, nodes: Iterable[Node]) -> None:
+        memo = self.memo
+        if not memo:
+            return
+        for n in nodes:
+            for d in range(1, self.depth):
+                memo.pop((n, d), None)
 
 
 def _ancestors_in(n: Node, members: set[Node], floor: int, level: dict[Node, int],
@@ -224,8 +400,8 @@ def independent_subsets(nodes: list[Node], index: GraphIndex, opts: SearchOption
     ``min_fuse_set_size`` and ``max_fuse_set_size`` members, none an ancestor of
     another, in candidate order. The caller may fuse each subset before asking for the
     next: dependencies are recomputed on the mutated graph. Nodes of a round that
-    formed too small a subset are dropped, as upstream does."""
-    node_list = list(dict.fromkeys(nodes))
+    formed too small a subset are dropped, as upstream does. Erased nodes are skipped."""
+    node_list = [n for n in dict.fromkeys(nodes) if not n._erased]
     while node_list:
         members = set(node_list)
         floor = min(index.level[n] for n in node_list)

@@ -13,9 +13,16 @@ JSON layout (``format_version`` 1)::
      "steps": [{"index", "pass", "pattern", "sites", "created", "erased", "replaced",
                 "delta": {"upsert": [NodeRecord...], "remove": [name...]},
                 "match_s", "rewrite_s", "nodes_after", "verify": {...} | null}]}
+
+A NodeRecord is written as ``{"name", "op", "target", "args", "kwargs", "inputs",
+"shape", "dtype", "module", "module_type", "source"}`` less the fields at their default
+(empty or null) and less ``inputs`` where it follows from ``args``/``kwargs``
+(:meth:`NodeRecord.to_json`); readers accept records with or without them. A step's
+delta holds only the nodes the step created or rewired.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -23,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 FORMAT_VERSION = 1
-CHECKPOINT_EVERY = 32
+CHECKPOINT_SHARE = 4  # see Trace.graph_at
 
 
 class TraceFormatError(ValueError):
@@ -57,6 +64,33 @@ class NodeRecord:
     module_type: str | None = None
     source: str | None = None
 
+    def to_json(self) -> dict:
+        """Compact JSON form: fields at their default (empty args/kwargs, None shape,
+        dtype, module, source) are left out, and so is ``inputs`` when it is what
+        :func:`refs_in` derives from ``args`` and ``kwargs`` (always, for records built by
+        :func:`optimus.record.node_record`). :meth:`from_json` restores both."""
+        d = {"name": self.name, "op": self.op, "target": self.target}
+        if self.args:
+            d["args"] = self.args
+        if self.kwargs:
+            d["kwargs"] = self.kwargs
+        if self.inputs and self.inputs != refs_in(self.args, self.kwargs):
+            d["inputs"] = self.inputs
+        for k in ("shape", "dtype", "module", "module_type", "source"):
+            v = getattr(self, k)
+            if v is not None:
+                d[k] = v
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "NodeRecord":
+        """Inverse of :meth:`to_json`; also reads records written with every field."""
+        args, kwargs = d.get("args", []), d.get("kwargs", {})
+        inputs = d.get("inputs")
+        return cls(d["name"], d["op"], d["target"], args, kwargs,
+                   refs_in(args, kwargs) if inputs is None else inputs,
+                   d.get("shape"), d.get("dtype"), d.get("module"), d.get("module_type"), d.get("source"))
+
     @property
     def short_target(self) -> str:
         """The last dotted component of the target (``torch._C._nn.linear`` -> ``linear``)."""
@@ -67,6 +101,28 @@ class NodeRecord:
         parts = [_arg_text(a) for a in self.args] + [f"{k}={_arg_text(v)}" for k, v in self.kwargs.items()]
         text = ", ".join(parts)
         return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def refs_in(args: Any, kwargs: Any = None) -> list[str]:
+    """Names referenced as ``{"node": name}`` in ``args`` then ``kwargs``, first occurrence
+    order, no repeats: a node's inputs, as FX's ``all_input_nodes`` lists them."""
+    out: dict[str, None] = {}
+
+    def walk(a: Any) -> None:
+        if isinstance(a, dict):
+            if len(a) == 1 and isinstance(a.get("node"), str):
+                out[a["node"]] = None
+                return
+            for v in a.values():
+                walk(v)
+        elif isinstance(a, list):
+            for v in a:
+                walk(v)
+
+    walk(args)
+    if kwargs:
+        walk(kwargs)
+    return list(out)
 
 
 def _arg_text(a: Any) -> str:
@@ -134,11 +190,11 @@ class GraphSnapshot:
         }
 
     def to_json(self) -> dict:
-        return {"nodes": [asdict(r) for r in self.nodes.values()]}
+        return {"nodes": [r.to_json() for r in self.nodes.values()]}
 
     @classmethod
     def from_json(cls, data: dict) -> "GraphSnapshot":
-        return cls(NodeRecord(**r) for r in data["nodes"])
+        return cls(NodeRecord.from_json(r) for r in data["nodes"])
 
 
 @dataclass
@@ -151,11 +207,11 @@ class Delta:
     remove: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"upsert": [asdict(r) for r in self.upsert], "remove": list(self.remove)}
+        return {"upsert": [r.to_json() for r in self.upsert], "remove": list(self.remove)}
 
     @classmethod
     def from_json(cls, data: dict) -> "Delta":
-        return cls([NodeRecord(**r) for r in data["upsert"]], list(data["remove"]))
+        return cls([NodeRecord.from_json(r) for r in data["upsert"]], list(data["remove"]))
 
 
 # --------------------------------------------------------------------------- steps
@@ -226,8 +282,11 @@ class Trace:
 
     ``graph_at(k)`` is the graph after the first ``k`` steps (``graph_at(0)`` is the
     captured graph); ``before(i)``/``after(i)`` are step ``i``'s graphs (steps count
-    from 1). Rebuilds seek from in-memory checkpoints taken every
-    ``CHECKPOINT_EVERY`` steps, so no rebuild replays more than that many deltas.
+    from 1). Rebuilds start from the nearest in-memory checkpoint at or before the
+    step; one is taken whenever the deltas replayed since the last hold as many records
+    as 1/``CHECKPOINT_SHARE`` of the graph's nodes (a copy costs about that much), so a
+    rebuild replays at most that many records once its checkpoints exist, and the first
+    rebuild of a late step replays every delta once.
     """
 
     model: str
@@ -255,10 +314,15 @@ class Trace:
             raise IndexError(f"step {k} is outside 0..{len(self.steps)}")
         base = max(c for c in self._checkpoints if c <= k)
         snap = self._checkpoints[base].copy()
+        replayed = 0
         for i in range(base, k):
-            snap.apply(self.steps[i].delta)
-            if (i + 1) % CHECKPOINT_EVERY == 0 and (i + 1) not in self._checkpoints:
-                self._checkpoints[i + 1] = snap.copy()
+            delta = self.steps[i].delta
+            snap.apply(delta)
+            replayed += len(delta.upsert) + len(delta.remove)
+            if replayed * CHECKPOINT_SHARE >= len(snap):
+                if i + 1 not in self._checkpoints:
+                    self._checkpoints[i + 1] = snap.copy()
+                replayed = 0
         return snap
 
     def before(self, index: int) -> GraphSnapshot:
@@ -335,12 +399,16 @@ class Trace:
 _SRC_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 
 
+@functools.lru_cache(maxsize=4096)
 def source_of(stack_trace: str | None) -> str | None:
     """``file.py:LINE: code`` of the innermost frame of an FX ``stack_trace``, or None."""
     if not stack_trace:
         return None
-    frames = _SRC_RE.findall(stack_trace)
-    if not frames:
-        return None
-    file, line, _fn, code = frames[-1]
-    return f"{Path(file).name}:{line}: {code.strip()}"
+    at = stack_trace.rfind('File "')
+    while at >= 0:  # the innermost frame that parses (a frame's code line may itself hold 'File "')
+        m = _SRC_RE.match(stack_trace, at)
+        if m:
+            file, line, _fn, code = m.groups()
+            return f"{Path(file).name}:{line}: {code.strip()}"
+        at = stack_trace.rfind('File "', 0, at)
+    return None

@@ -1,0 +1,280 @@
+"""Greedy search at industrial scale: our pipeline against PyTorch's own pre-grad Optimus.
+
+Builds synthetic "towers" graphs directly as FX graphs shaped like Dynamo's pre-grad
+graphs (parameters lifted to placeholders, every node carrying a FakeTensor
+``meta["example_value"]``, ``nn_module_stack`` and ``stack_trace``): one input
+``(B, T*D)`` is split into T slices, each goes through L layers of
+``linear -> relu`` and a ``layer_norm``, and the T tower outputs are concatenated.
+A graph has about ``T * (4L + 4)`` nodes; sizes grow in L with T = 128 towers
+(``--towers``), so every fused group has 128 members at every size. Upstream's search
+needs example inputs only to find the device and fake mode: real tensors are passed.
+
+For each size, in one process and interleaved (repeat r runs upstream, ours, ours with
+recording, each on a fresh copy of the graph):
+
+* **upstream**: ``torch._inductor.fx_passes.pre_grad.pre_grad_passes(gm, example_inputs)``
+  under ``config.patch(pre_grad_fusion_options=UPSTREAM_OPTIONS)`` (batch_linear,
+  batch_relu, batch_layernorm, batch_tanh, batch_sigmoid, normalization_pass and the
+  split/cat passes). Its fusions are read from ``torch._dynamo.utils.counters["inductor"]``.
+* **ours**: ``Engine(gm, inputs, default_pipeline(), RunOptions(verify="off", record=False))``.
+* **ours+rec**: the same with ``record=True``; the trace's JSON size, one GraphSnapshot's
+  JSON size, and the worst time to rebuild any step's before/after graph from the
+  trace loaded back from JSON (``Trace.before(i)`` / ``Trace.after(i)``) are reported.
+
+Times are best-of-``--repeat`` seconds, both wall clock and CPU time of the process
+(``time.process_time``; on a shared machine the CPU ratios are the steadier ones), with
+torch at one thread. Run::
+
+    .venv/bin/python benchmarks/search_scale.py --sizes 5000,21000,85000 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import operator
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx import Graph, GraphModule
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from optimus.engine import Engine, RunOptions, copy_graph_module  # noqa: E402
+from optimus.passes import default_pipeline  # noqa: E402
+from optimus.record import snapshot_graph  # noqa: E402
+from optimus.trace import Trace  # noqa: E402
+
+UPSTREAM_OPTIONS = {
+    "batch_linear": {}, "batch_relu": {}, "batch_layernorm": {}, "batch_tanh": {}, "batch_sigmoid": {},
+    "normalization_pass": {}, "merge_splits_pass": {}, "split_cat_pass": {}, "unbind_stack_pass": {},
+    "merge_getitem_cat_pass": {}, "mutate_cat_pass": {},
+}
+TOWERS = 128  # T: default number of towers
+WIDTH = 8   # D: features per tower
+BATCH = 4   # B: rows
+
+_SOURCE = 'File "towers.py", line {line}, in forward\n    {code}\n'
+
+
+def shape_for(nodes: int, towers: int = TOWERS) -> tuple[int, int]:
+    """(towers T, layers L) giving about ``nodes`` FX nodes with ``towers`` towers: the
+    graph grows in depth, so every fused group has T members at every size (T <= 300,
+    upstream's ``max_fuse_set_size``, keeps one group per layer)."""
+    return towers, max(1, round((nodes / towers - 4) / 4))
+
+
+def build_towers(towers: int, layers: int, width: int = WIDTH, batch: int = BATCH) -> tuple[GraphModule, tuple]:
+    """The towers graph as a Dynamo-style GraphModule and its real example inputs
+    (``x`` of shape ``(batch, towers*width)``, then every weight ``(width, width)``,
+    bias ``(width,)`` and layer-norm weight/bias ``(width,)`` in placeholder order).
+
+    Example values are FakeTensors of one FakeTensorMode, computed by running each op."""
+    g = Graph()
+    mode = FakeTensorMode(allow_non_fake_inputs=False)
+    gen = torch.Generator().manual_seed(0)
+    reals: list[torch.Tensor] = []
+
+    def placeholder(name: str, shape: tuple, module: str | None = None, cls: type | None = None):
+        p = g.placeholder(name)
+        real = torch.randn(shape, generator=gen) * (0.3 if len(shape) == 2 else 1.0)
+        reals.append(real)
+        p.meta["example_value"] = mode.from_tensor(real)
+        if module:
+            p.meta["nn_module_stack"] = {f"m{module}": (f"L['self'].{module}", cls)}
+        p.meta["stack_trace"] = _SOURCE.format(line=1, code="def forward(self, x):")
+        return p
+
+    def call(fn, args, kwargs=None, module=None, cls=None, line=0, code=""):
+        n = g.call_function(fn, args, kwargs or {})
+        vals = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: a.meta["example_value"])
+        with mode:
+            n.meta["example_value"] = fn(*vals[0], **vals[1])
+        if module:
+            n.meta["nn_module_stack"] = {f"m{module}": (f"L['self'].{module}", cls)}
+        n.meta["stack_trace"] = _SOURCE.format(line=line, code=code)
+        return n
+
+    x = placeholder("l_x_", (batch, towers * width))
+    params = []
+    for t in range(towers):
+        ws = []
+        for i in range(layers):
+            mod = f"towers.{t}.fc{i}"
+            pre = f"l_self_modules_towers_modules_{t}_modules_fc{i}_parameters_"
+            ws.append((placeholder(pre + "weight_", (width, width), mod, torch.nn.Linear),
+                       placeholder(pre + "bias_", (width,), mod, torch.nn.Linear)))
+        mod = f"towers.{t}.norm"
+        pre = f"l_self_modules_towers_modules_{t}_modules_norm_parameters_"
+        params.append((ws, placeholder(pre + "weight_", (width,), mod, torch.nn.LayerNorm),
+                       placeholder(pre + "bias_", (width,), mod, torch.nn.LayerNorm)))
+    split = call(torch.split, (x, width), {"dim": 1}, line=3, code="pieces = torch.split(x, W, dim=1)")
+    outs = []
+    for t, (ws, lw, lb) in enumerate(params):
+        h = call(operator.getitem, (split, t), line=3, code="pieces = torch.split(x, W, dim=1)")
+        for i, (w, b) in enumerate(ws):
+            h = call(torch._C._nn.linear, (h, w, b), module=f"towers.{t}.fc{i}", cls=torch.nn.Linear,
+                     line=5, code="h = fc(h)")
+            h = call(F.relu, (h,), {"inplace": False}, module=f"towers.{t}.act{i}", cls=torch.nn.ReLU,
+                     line=6, code="h = act(h)")
+        h = call(F.layer_norm, (h, (width,), lw, lb, 1e-05), module=f"towers.{t}.norm", cls=torch.nn.LayerNorm,
+                 line=7, code="h = norm(h)")
+        outs.append(h)
+    out = call(torch.cat, (outs,), {"dim": 1}, line=8, code="return torch.cat(outs, dim=1)")
+    g.output((out,))
+    return GraphModule(torch.nn.Module(), g), tuple(reals)
+
+
+def inductor_fusions() -> dict[str, int]:
+    """Nonzero counters upstream's passes bumped (``counters["inductor"]``)."""
+    from torch._dynamo.utils import counters
+
+    return {k: v for k, v in counters["inductor"].items() if v}
+
+
+def _timed(fn):
+    """(result, wall seconds, CPU seconds of this process) of ``fn()``."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0, time.process_time() - c0
+
+
+def run_upstream(gm: GraphModule, inputs: tuple) -> tuple[float, float, int, dict]:
+    """(wall s, CPU s, nodes after, counters) for upstream's pre-grad passes on ``gm``."""
+    from torch._dynamo.utils import counters
+    from torch._inductor import config
+    from torch._inductor.fx_passes.pre_grad import pre_grad_passes
+
+    counters.clear()
+    with config.patch(pre_grad_fusion_options=UPSTREAM_OPTIONS):
+        gm, wall, cpu = _timed(lambda: pre_grad_passes(gm, inputs))
+    return wall, cpu, len(gm.graph.nodes), inductor_fusions()
+
+
+def run_ours(gm: GraphModule, inputs: tuple, record: bool) -> tuple[float, float, int, Trace]:
+    """(wall s, CPU s, nodes after, trace) for our default pipeline on ``gm``."""
+    trace, wall, cpu = _timed(lambda: Engine(gm, inputs, default_pipeline(),
+                                             RunOptions(verify="off", record=record)).run())
+    return wall, cpu, len(gm.graph.nodes), trace
+
+
+def rebuild_max(trace_json: str) -> float:
+    """Worst seconds to rebuild one step's before and after graphs from a trace freshly
+    loaded from JSON, steps visited last first (the first visit replays the most)."""
+    t = Trace.loads(trace_json)
+    worst = 0.0
+    for i in range(len(t.steps), 0, -1):
+        t0 = time.perf_counter()
+        t.before(i)
+        t.after(i)
+        worst = max(worst, time.perf_counter() - t0)
+    return worst
+
+
+def measure(nodes: int, repeat: int, upstream_repeat: int | None = None, towers: int = TOWERS) -> dict:
+    """One row of the report: best-of-``repeat`` wall and CPU seconds of upstream, ours and
+    ours with recording (interleaved, each on a fresh copy of one graph; upstream only in
+    the first ``upstream_repeat`` rounds, 0 = never), node counts, JSON sizes and the
+    worst step rebuild."""
+    upstream_repeat = repeat if upstream_repeat is None else upstream_repeat
+    skip_upstream = upstream_repeat <= 0
+    towers, layers = shape_for(nodes, towers)
+    base, inputs = build_towers(towers, layers)
+    row: dict = {"nodes": len(base.graph.nodes), "towers": towers, "layers": layers}
+    best = {k: math.inf for k in ("upstream_s", "upstream_cpu_s", "ours_s", "ours_cpu_s",
+                                  "ours_recording_s", "ours_recording_cpu_s")}
+
+    def keep(name: str, wall: float, cpu: float) -> None:
+        best[name + "_s"] = min(best[name + "_s"], wall)
+        best[name + "_cpu_s"] = min(best[name + "_cpu_s"], cpu)
+
+    trace = None
+    for r in range(repeat):
+        if r < upstream_repeat:
+            gc.collect()
+            wall, cpu, row["nodes_after_upstream"], row["upstream_counters"] = run_upstream(copy_graph_module(base), inputs)
+            keep("upstream", wall, cpu)
+        gc.collect()
+        wall, cpu, row["nodes_after_ours"], _ = run_ours(copy_graph_module(base), inputs, record=False)
+        keep("ours", wall, cpu)
+        trace = None
+        gc.collect()
+        wall, cpu, _, trace = run_ours(copy_graph_module(base), inputs, record=True)
+        keep("ours_recording", wall, cpu)
+    row.update(best)
+    if skip_upstream:
+        row["upstream_s"] = row["upstream_cpu_s"] = None
+    row["steps"] = len(trace.steps)
+    row["ours_patterns"] = _count(s.pattern for s in trace.steps)
+    text = trace.dumps()
+    row["trace_bytes"] = len(text.encode())
+    row["snapshot_bytes"] = len(json.dumps(snapshot_graph(base.graph).to_json(), separators=(",", ":")).encode())
+    row["rebuild_max_s"] = rebuild_max(text)
+    return row
+
+
+def _count(items) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in items:
+        out[i] = out.get(i, 0) + 1
+    return out
+
+
+def report(rows: list[dict]) -> str:
+    """The rows as text: seconds (wall, CPU), ratios ours/upstream, nodes, sizes, growth."""
+    lines = []
+    for prev, r in zip([None, *rows], rows):
+        up, upc = r["upstream_s"], r["upstream_cpu_s"]
+        lines.append(f"== {r['nodes']} nodes ({r['towers']} towers x {r['layers']} layers)")
+        if up is not None:
+            lines.append(f"  upstream pre_grad_passes  wall {up:8.3f} s  cpu {upc:8.3f} s"
+                         f"                              nodes after {r['nodes_after_upstream']}")
+            lines.append(f"    upstream counters: {r['upstream_counters']}")
+        for name, label in (("ours", "ours (record off)"), ("ours_recording", "ours (record on) ")):
+            w, c = r[name + "_s"], r[name + "_cpu_s"]
+            ratio = f"  ours/upstream wall {w / up:.3f} cpu {c / upc:.3f}" if up else ""
+            after = f"  nodes after {r['nodes_after_ours']}" if name == "ours" else f"  steps {r['steps']}"
+            lines.append(f"  {label}         wall {w:8.3f} s  cpu {c:8.3f} s{ratio}{after}")
+        lines.append(f"    our steps by pattern: {r['ours_patterns']}")
+        lines.append(f"  trace JSON {r['trace_bytes']:,} B; one snapshot {r['snapshot_bytes']:,} B "
+                     f"(trace/snapshot {r['trace_bytes'] / r['snapshot_bytes']:.2f}); "
+                     f"worst step before+after rebuild {r['rebuild_max_s'] * 1e3:.1f} ms")
+        if prev is not None:
+            g = {"nodes": r["nodes"] / prev["nodes"]}
+            for k in ("upstream_s", "upstream_cpu_s", "ours_s", "ours_cpu_s", "ours_recording_s", "ours_recording_cpu_s"):
+                if r[k] and prev[k]:
+                    g[k] = r[k] / prev[k]
+            r["growth"] = g
+            lines.append("  growth vs previous size: " + ", ".join(f"{k} x{v:.2f}" for k, v in g.items()))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="5000,21000,85000", help="comma-separated target node counts")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per size (best is reported)")
+    ap.add_argument("--json", help="write the rows as JSON to this path")
+    ap.add_argument("--towers", type=int, default=TOWERS, help="towers T (the graph grows in layers)")
+    ap.add_argument("--upstream-repeat", type=int, help="runs of upstream per size (default: --repeat; "
+                    "upstream takes minutes at 85k nodes)")
+    ap.add_argument("--no-upstream", action="store_true", help="skip upstream (profiling our side only)")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)  # neither side computes on real tensors; keeps CPU time = work
+    rows = []
+    for size in [int(s) for s in a.sizes.split(",") if s]:
+        rows.append(measure(size, a.repeat, 0 if a.no_upstream else a.upstream_repeat, a.towers))
+        print(f"measured {rows[-1]['nodes']} nodes", file=sys.stderr, flush=True)
+    print(f"torch {torch.__version__}")
+    print(report(rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
