@@ -9,6 +9,8 @@ every picture and figure comes from :mod:`viz`, and the session logic is
 """
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 import streamlit as st
 import streamlit.components.v1 as components
@@ -57,7 +59,9 @@ def sidebar() -> tuple[str | None, bool]:
         spec = None
         if source == "Sample model":
             names = sample_models.names()
-            name = st.selectbox("Sample model", names, index=names.index(sample_models.DEFAULT), key="sample")
+            first = os.environ.get("OPTIMUS_LENS_MODEL", "").removeprefix("sample:")  # `optimus app --model`
+            name = st.selectbox("Sample model", names, index=names.index(first if first in names else sample_models.DEFAULT),
+                                key="sample")
             entry = sample_models.get_entry(name)
             st.caption(f"**{entry.kind}** — {entry.description}")
             spec = f"sample:{name}"

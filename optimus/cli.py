@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     y.set_defaults(fn=cmd_why)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)
-    w.add_argument("--model", help="model to load first (default sample:recsys_towers)")
+    w.add_argument("--model", help="sample model selected first, e.g. sample:bert (default sample:recsys_towers)")
     w.add_argument("--headless", action="store_true")
     w.set_defaults(fn=cmd_app)
     return ap
