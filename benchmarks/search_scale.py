@@ -227,30 +227,39 @@ def _count(items) -> dict[str, int]:
 
 def report(rows: list[dict]) -> str:
     """The rows as text: seconds (wall, CPU), ratios ours/upstream, nodes, sizes, growth."""
+    return "\n".join(report_row(prev, r) for prev, r in zip([None, *rows], rows))
+
+
+def report_row(prev: dict | None, r: dict) -> str:
+    """One size as text; with ``prev`` (the previous size) also the growth between them,
+    raw and scaled to exactly 4x the nodes: time ~ nodes**k with
+    k = log(time growth) / log(node growth), reported as 4**k (the issue's target is
+    <= 4.4 per 4x nodes). Adds ``growth`` and ``growth_per_4x`` to ``r``."""
     lines = []
-    for prev, r in zip([None, *rows], rows):
-        up, upc = r["upstream_s"], r["upstream_cpu_s"]
-        lines.append(f"== {r['nodes']} nodes ({r['towers']} towers x {r['layers']} layers)")
-        if up is not None:
-            lines.append(f"  upstream pre_grad_passes  wall {up:8.3f} s  cpu {upc:8.3f} s"
-                         f"                              nodes after {r['nodes_after_upstream']}")
-            lines.append(f"    upstream counters: {r['upstream_counters']}")
-        for name, label in (("ours", "ours (record off)"), ("ours_recording", "ours (record on) ")):
-            w, c = r[name + "_s"], r[name + "_cpu_s"]
-            ratio = f"  ours/upstream wall {w / up:.3f} cpu {c / upc:.3f}" if up else ""
-            after = f"  nodes after {r['nodes_after_ours']}" if name == "ours" else f"  steps {r['steps']}"
-            lines.append(f"  {label}         wall {w:8.3f} s  cpu {c:8.3f} s{ratio}{after}")
-        lines.append(f"    our steps by pattern: {r['ours_patterns']}")
-        lines.append(f"  trace JSON {r['trace_bytes']:,} B; one snapshot {r['snapshot_bytes']:,} B "
-                     f"(trace/snapshot {r['trace_bytes'] / r['snapshot_bytes']:.2f}); "
-                     f"worst step before+after rebuild {r['rebuild_max_s'] * 1e3:.1f} ms")
-        if prev is not None:
-            g = {"nodes": r["nodes"] / prev["nodes"]}
-            for k in ("upstream_s", "upstream_cpu_s", "ours_s", "ours_cpu_s", "ours_recording_s", "ours_recording_cpu_s"):
-                if r[k] and prev[k]:
-                    g[k] = r[k] / prev[k]
-            r["growth"] = g
-            lines.append("  growth vs previous size: " + ", ".join(f"{k} x{v:.2f}" for k, v in g.items()))
+    up, upc = r["upstream_s"], r["upstream_cpu_s"]
+    lines.append(f"== {r['nodes']} nodes ({r['towers']} towers x {r['layers']} layers)")
+    if up is not None:
+        lines.append(f"  upstream pre_grad_passes  wall {up:8.3f} s  cpu {upc:8.3f} s"
+                     f"                              nodes after {r['nodes_after_upstream']}")
+        lines.append(f"    upstream counters: {r['upstream_counters']}")
+    for name, label in (("ours", "ours (record off)"), ("ours_recording", "ours (record on) ")):
+        w, c = r[name + "_s"], r[name + "_cpu_s"]
+        ratio = f"  ours/upstream wall {w / up:.3f} cpu {c / upc:.3f}" if up else ""
+        after = f"  nodes after {r['nodes_after_ours']}" if name == "ours" else f"  steps {r['steps']}"
+        lines.append(f"  {label}         wall {w:8.3f} s  cpu {c:8.3f} s{ratio}{after}")
+    lines.append(f"    our steps by pattern: {r['ours_patterns']}")
+    lines.append(f"  trace JSON {r['trace_bytes']:,} B; one snapshot {r['snapshot_bytes']:,} B "
+                 f"(trace/snapshot {r['trace_bytes'] / r['snapshot_bytes']:.2f}); "
+                 f"worst step before+after rebuild {r['rebuild_max_s'] * 1e3:.1f} ms")
+    if prev is not None:
+        g = {"nodes": r["nodes"] / prev["nodes"]}
+        for k in ("upstream_s", "upstream_cpu_s", "ours_s", "ours_cpu_s", "ours_recording_s", "ours_recording_cpu_s"):
+            if r[k] and prev[k]:
+                g[k] = r[k] / prev[k]
+        r["growth"] = g
+        r["growth_per_4x"] = {k: 4 ** (math.log(v) / math.log(g["nodes"])) for k, v in g.items() if k != "nodes"}
+        lines.append("  growth vs previous size: " + ", ".join(f"{k} x{v:.2f}" for k, v in g.items()))
+        lines.append("  scaled to 4x the nodes:  " + ", ".join(f"{k} x{v:.2f}" for k, v in r["growth_per_4x"].items()))
     return "\n".join(lines)
 
 
@@ -260,19 +269,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per size (best is reported)")
     ap.add_argument("--json", help="write the rows as JSON to this path")
     ap.add_argument("--towers", type=int, default=TOWERS, help="towers T (the graph grows in layers)")
-    ap.add_argument("--upstream-repeat", type=int, help="runs of upstream per size (default: --repeat; "
-                    "upstream takes minutes at 85k nodes)")
+    ap.add_argument("--upstream-repeat", help="runs of upstream per size, one number or one per size "
+                    "(default: --repeat; upstream takes many minutes at 85k nodes), e.g. 3,3,1")
     ap.add_argument("--no-upstream", action="store_true", help="skip upstream (profiling our side only)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)  # neither side computes on real tensors; keeps CPU time = work
-    rows = []
-    for size in [int(s) for s in a.sizes.split(",") if s]:
-        rows.append(measure(size, a.repeat, 0 if a.no_upstream else a.upstream_repeat, a.towers))
-        print(f"measured {rows[-1]['nodes']} nodes", file=sys.stderr, flush=True)
-    print(f"torch {torch.__version__}")
-    print(report(rows))
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+    print(f"torch {torch.__version__}", flush=True)
+    rows: list[dict] = []
+    sizes = [int(s) for s in a.sizes.split(",") if s]
+    ups = [int(u) for u in a.upstream_repeat.split(",")] if a.upstream_repeat else [a.repeat]
+    if len(ups) not in (1, len(sizes)):
+        ap.error(f"--upstream-repeat needs one number or {len(sizes)} (one per size)")
+    ups = ups * len(sizes) if len(ups) == 1 else ups
+    for size, up in zip(sizes, ups):  # each size is printed and saved as it ends
+        rows.append(measure(size, a.repeat, 0 if a.no_upstream else up, a.towers))
+        print(report_row(rows[-2] if len(rows) > 1 else None, rows[-1]), flush=True)
+        if a.json:
+            Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
 
 

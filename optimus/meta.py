@@ -74,8 +74,8 @@ def infer(node: Node) -> Any:
     kwargs = map_arg(node.kwargs, get)
     if missing:
         return None
-    flat = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
-    mode = _fake_mode_of(flat)
+    # lazily: a getitem of a 128-tensor tuple must not flatten the tuple
+    mode = _fake_mode_of(torch.utils._pytree.tree_iter((args, kwargs)))
     if node.op == "call_function":
         fn = node.target
     elif node.op == "call_method":

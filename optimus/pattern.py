@@ -7,9 +7,10 @@ A pattern that does not match a node says why: ``key``/``match`` return a
 from __future__ import annotations
 
 import inspect
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from torch.fx import Graph, Node
 
@@ -101,6 +102,34 @@ class RewritePattern(Pattern):
 
 
 REGISTRY: dict[str, Pattern] = {}
+
+
+_UNCHANGED: dict[str, dict] | None = None  # memo tables, only inside graph_unchanged()
+
+
+@contextmanager
+def graph_unchanged() -> Iterator[None]:
+    """A block in which the graph is not changed, so a pattern's ``key``/``match`` may
+    memoise graph-wide facts in :func:`unchanged_memo` tables (the engine keys every node
+    of a pass inside one block). Nested blocks share the outer block's tables; all are
+    dropped when the outermost block ends."""
+    global _UNCHANGED
+    if _UNCHANGED is not None:
+        yield
+        return
+    _UNCHANGED = {}
+    try:
+        yield
+    finally:
+        _UNCHANGED = None
+
+
+def unchanged_memo(name: str) -> dict | None:
+    """The memo table ``name`` of the current :func:`graph_unchanged` block (created empty
+    on first use), or None outside one: then nothing may be memoised."""
+    if _UNCHANGED is None:
+        return None
+    return _UNCHANGED.setdefault(name, {})
 
 
 def _where(obj: Any) -> str:

@@ -580,3 +580,29 @@ def test_a_fused_towers_trace_is_under_three_snapshots_and_its_deltas_hold_only_
         before = trace.before(k).nodes
         for rec in step.delta.upsert:
             assert rec.name in step.created or before[rec.name] != rec, f"step {k} re-records unchanged {rec.name}"
+
+
+# --------------------------------------------------------------------------- garbage collector
+
+
+class _RaisingFuse(type(REGISTRY["batch_relu"])):
+    name = "raising_fuse_test_only"
+
+    def fuse(self, graph, nodes):
+        raise RuntimeError("boom")
+
+
+def test_the_collector_is_paused_only_while_the_engine_works_and_restored_after_an_error():
+    import gc
+
+    from optimus.engine import PatternError
+
+    assert gc.isenabled()
+    eng = Engine(towers(8, 2), (), default_pipeline(), RunOptions(verify="off", record=False))
+    seen = [gc.isenabled() for _ in eng.steps()]
+    assert seen and all(seen)  # the caller's code between steps runs with the collector on
+    assert gc.isenabled()
+    opts = SearchOptions(min_fuse_set_size=2)
+    with pytest.raises(PatternError, match="boom"):
+        Engine(towers(8, 2), (), Pipeline([Pass("p", [_RaisingFuse()], options=opts)]), RunOptions(verify="off")).run()
+    assert gc.isenabled()

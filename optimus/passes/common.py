@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.fx import Graph, Node
 
 from optimus import meta
-from optimus.pattern import Miss
+from optimus.pattern import Miss, unchanged_memo
 
 
 def arg(node: Node, index: int, name: str, default: Any = None) -> Any:
@@ -200,9 +200,23 @@ def is_written(node: Node) -> bool:
     """True when some node writes in place into ``node``'s storage: into the node's alias
     root or any view reached from it through view ops (``y.view(...).add_(1)``, ``x.relu_()``
     on a split piece of ``x``'s base, ``F.relu(v, True)``). Conservative: a writer that
-    merely reads the tensor as a non-destination argument also counts."""
+    merely reads the tensor as a non-destination argument also counts. O(views of the
+    alias root and their users); memoised per alias root inside :func:`optimus.pattern.graph_unchanged`
+    (keying every node of a graph whose T tower inputs are views of one tensor then walks
+    that tensor's T views once, not T times)."""
+    root = alias_root(node)
+    memo = unchanged_memo("is_written")
+    if memo is not None:
+        hit = memo.get(root)
+        if hit is None:
+            hit = memo[root] = _view_closure_written(root)
+        return hit
+    return _view_closure_written(root)
+
+
+def _view_closure_written(root: Node) -> bool:
     seen = set()
-    work = [alias_root(node)]
+    work = [root]
     while work:
         n = work.pop()
         if n in seen:
