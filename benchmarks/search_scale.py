@@ -21,9 +21,13 @@ recording, each on a fresh copy of the graph):
   JSON size, and the worst time to rebuild any step's before/after graph from the
   trace loaded back from JSON (``Trace.before(i)`` / ``Trace.after(i)``) are reported.
 
-Times are best-of-``--repeat`` seconds, both wall clock and CPU time of the process
-(``time.process_time``; on a shared machine the CPU ratios are the steadier ones), with
-torch at one thread. Run::
+Times are best-of-``--repeat`` and median seconds, both wall clock and CPU time of the
+process (``time.process_time``), with torch at one thread. Growth between sizes is given
+for both best and median: on a noisy machine the best of N short runs catches a quiet
+stretch more often than the best of N long ones, which inflates best-of growth. Each
+run's fresh copy of the graph is timed too (``fx_copy``): an O(nodes) control showing how
+a linear pass over an FX graph grows on the machine at hand (caches make per-node costs
+rise with graph size). Run::
 
     .venv/bin/python benchmarks/search_scale.py --sizes 5000,21000,85000 --json out.json
 """
@@ -33,6 +37,7 @@ import argparse
 import gc
 import json
 import math
+import statistics
 import operator
 import sys
 import time
@@ -55,6 +60,8 @@ UPSTREAM_OPTIONS = {
     "normalization_pass": {}, "merge_splits_pass": {}, "split_cat_pass": {}, "unbind_stack_pass": {},
     "merge_getitem_cat_pass": {}, "mutate_cat_pass": {},
 }
+TIMES = ("upstream_s", "upstream_cpu_s", "ours_s", "ours_cpu_s", "ours_recording_s", "ours_recording_cpu_s",
+         "fx_copy_s", "fx_copy_cpu_s")
 TOWERS = 128  # T: default number of towers
 WIDTH = 8   # D: features per tower
 BATCH = 4   # B: rows
@@ -177,38 +184,44 @@ def rebuild_max(trace_json: str) -> float:
 
 
 def measure(nodes: int, repeat: int, upstream_repeat: int | None = None, towers: int = TOWERS) -> dict:
-    """One row of the report: best-of-``repeat`` wall and CPU seconds of upstream, ours and
-    ours with recording (interleaved, each on a fresh copy of one graph; upstream only in
-    the first ``upstream_repeat`` rounds, 0 = never), node counts, JSON sizes and the
-    worst step rebuild."""
+    """One row of the report: wall and CPU seconds of upstream, ours and ours with
+    recording (interleaved, each on a fresh copy of one graph; upstream only in the first
+    ``upstream_repeat`` rounds, 0 = never) as best-of-``repeat`` (``ours_s``, ...), median
+    (``ours_median_s``, ...) and every sample (``samples``); node counts, JSON sizes and
+    the worst step rebuild."""
     upstream_repeat = repeat if upstream_repeat is None else upstream_repeat
     skip_upstream = upstream_repeat <= 0
     towers, layers = shape_for(nodes, towers)
     base, inputs = build_towers(towers, layers)
     row: dict = {"nodes": len(base.graph.nodes), "towers": towers, "layers": layers}
-    best = {k: math.inf for k in ("upstream_s", "upstream_cpu_s", "ours_s", "ours_cpu_s",
-                                  "ours_recording_s", "ours_recording_cpu_s")}
+    samples: dict[str, list[float]] = {k: [] for k in TIMES}
 
     def keep(name: str, wall: float, cpu: float) -> None:
-        best[name + "_s"] = min(best[name + "_s"], wall)
-        best[name + "_cpu_s"] = min(best[name + "_cpu_s"], cpu)
+        samples[name + "_s"].append(wall)
+        samples[name + "_cpu_s"].append(cpu)
+
+    def fresh() -> GraphModule:  # also the O(nodes) control: FX's own graph copy, timed
+        copy, wall, cpu = _timed(lambda: copy_graph_module(base))
+        keep("fx_copy", wall, cpu)
+        return copy
 
     trace = None
     for r in range(repeat):
         if r < upstream_repeat:
             gc.collect()
-            wall, cpu, row["nodes_after_upstream"], row["upstream_counters"] = run_upstream(copy_graph_module(base), inputs)
+            wall, cpu, row["nodes_after_upstream"], row["upstream_counters"] = run_upstream(fresh(), inputs)
             keep("upstream", wall, cpu)
         gc.collect()
-        wall, cpu, row["nodes_after_ours"], _ = run_ours(copy_graph_module(base), inputs, record=False)
+        wall, cpu, row["nodes_after_ours"], _ = run_ours(fresh(), inputs, record=False)
         keep("ours", wall, cpu)
         trace = None
         gc.collect()
-        wall, cpu, _, trace = run_ours(copy_graph_module(base), inputs, record=True)
+        wall, cpu, _, trace = run_ours(fresh(), inputs, record=True)
         keep("ours_recording", wall, cpu)
-    row.update(best)
-    if skip_upstream:
-        row["upstream_s"] = row["upstream_cpu_s"] = None
+    for k, xs in samples.items():
+        row[k] = min(xs) if xs else None
+        row[k[:-2] + "_median_s"] = statistics.median(xs) if xs else None
+    row["samples"] = samples
     row["steps"] = len(trace.steps)
     row["ours_patterns"] = _count(s.pattern for s in trace.steps)
     text = trace.dumps()
@@ -232,9 +245,10 @@ def report(rows: list[dict]) -> str:
 
 def report_row(prev: dict | None, r: dict) -> str:
     """One size as text; with ``prev`` (the previous size) also the growth between them,
-    raw and scaled to exactly 4x the nodes: time ~ nodes**k with
-    k = log(time growth) / log(node growth), reported as 4**k (the issue's target is
-    <= 4.4 per 4x nodes). Adds ``growth`` and ``growth_per_4x`` to ``r``."""
+    of best and of median wall times, raw and scaled to exactly 4x the nodes: time ~
+    nodes**k with k = log(time growth) / log(node growth), reported as 4**k (the target is
+    <= 4.4 per 4x nodes). Adds ``growth_best``, ``growth_median`` and their ``_per_4x`` to
+    ``r``."""
     lines = []
     up, upc = r["upstream_s"], r["upstream_cpu_s"]
     lines.append(f"== {r['nodes']} nodes ({r['towers']} towers x {r['layers']} layers)")
@@ -247,19 +261,23 @@ def report_row(prev: dict | None, r: dict) -> str:
         ratio = f"  ours/upstream wall {w / up:.3f} cpu {c / upc:.3f}" if up else ""
         after = f"  nodes after {r['nodes_after_ours']}" if name == "ours" else f"  steps {r['steps']}"
         lines.append(f"  {label}         wall {w:8.3f} s  cpu {c:8.3f} s{ratio}{after}")
+    runs = len(r["samples"]["ours_s"])
+    lines.append(f"    (best of {runs}; medians: " + ", ".join(
+        f"{k} {r[k + '_median_s']:.3f} s" for k in ("upstream", "ours", "ours_recording") if r[k + "_median_s"]) + ")")
+    lines.append(f"    O(nodes) control, FX graph copy (copy_graph_module): median {r['fx_copy_median_s']:.3f} s")
     lines.append(f"    our steps by pattern: {r['ours_patterns']}")
     lines.append(f"  trace JSON {r['trace_bytes']:,} B; one snapshot {r['snapshot_bytes']:,} B "
                  f"(trace/snapshot {r['trace_bytes'] / r['snapshot_bytes']:.2f}); "
                  f"worst step before+after rebuild {r['rebuild_max_s'] * 1e3:.1f} ms")
     if prev is not None:
-        g = {"nodes": r["nodes"] / prev["nodes"]}
-        for k in ("upstream_s", "upstream_cpu_s", "ours_s", "ours_cpu_s", "ours_recording_s", "ours_recording_cpu_s"):
-            if r[k] and prev[k]:
-                g[k] = r[k] / prev[k]
-        r["growth"] = g
-        r["growth_per_4x"] = {k: 4 ** (math.log(v) / math.log(g["nodes"])) for k, v in g.items() if k != "nodes"}
-        lines.append("  growth vs previous size: " + ", ".join(f"{k} x{v:.2f}" for k, v in g.items()))
-        lines.append("  scaled to 4x the nodes:  " + ", ".join(f"{k} x{v:.2f}" for k, v in r["growth_per_4x"].items()))
+        nodes = r["nodes"] / prev["nodes"]
+        lines.append(f"  growth vs previous size (x{nodes:.2f} nodes), raw -> scaled to 4x the nodes:")
+        for kind, suffix in (("best", "_s"), ("median", "_median_s")):
+            g = {k: r[k + suffix] / prev[k + suffix] for k in ("upstream", "ours", "ours_recording", "fx_copy")
+                 if r[k + suffix] and prev[k + suffix]}
+            per4 = {k: 4 ** (math.log(v) / math.log(nodes)) for k, v in g.items()}
+            r[f"growth_{kind}"], r[f"growth_{kind}_per_4x"] = g, per4
+            lines.append(f"    {kind:6s} " + ", ".join(f"{k} x{v:.2f} -> x{per4[k]:.2f}" for k, v in g.items()))
     return "\n".join(lines)
 
 

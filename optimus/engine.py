@@ -231,16 +231,25 @@ class Engine:
             self._batch = {}
 
     def _begin_pass(self, p: Pass) -> None:
-        """Key every node that has a user (only those are ever searched), and mark dirty
-        the roots that can see a node of a key class of at least ``min_fuse_set_size``."""
+        """Key every node that has a user (only those are ever searched; with
+        ``pattern.anchors`` only those with an anchor target), and mark dirty the roots
+        that can see a node of a key class of at least ``min_fuse_set_size``."""
         self._batch = {}
-        batch = [pattern for pattern in p.patterns if isinstance(pattern, BatchPattern)]
-        users = [n for n in self.gm.graph.nodes if n.users] if batch else []
-        for pattern in batch:
+        everyone: list[Node] | None = None
+        for pattern in p.patterns:
+            if not isinstance(pattern, BatchPattern):
+                continue
             opts = p.options or pattern.options
             cache = KeyCache(pattern.key)
+            if pattern.anchors:  # only these nodes can have a key; the others are keyed lazily (None)
+                by_target = self._targets()
+                nodes = [n for t in pattern.anchors for n in by_target.get(t, ()) if n.users]
+            else:
+                if everyone is None:
+                    everyone = [n for n in self.gm.graph.nodes if n.users]
+                nodes = everyone
             with graph_unchanged():
-                for n in users:
+                for n in nodes:
                     self._key(pattern, cache, n, p)
             big = {k for k, c in cache.counts.items() if c >= opts.min_fuse_set_size}
             sources = [n for n, k in cache.items() if k is not None and k in big]

@@ -2,27 +2,19 @@
 
 Walk the nodes in execution order; a node's output is allocated when it runs and freed
 after its last user has run. Views (getitem of split/unbind, reshape/view/transpose,
-...) allocate nothing and keep their base alive. Placeholders (inputs and lifted
+...: ``optimus.passes.common.PURE_VIEW_FUNCTIONS`` / ``PURE_VIEW_METHODS``) allocate
+nothing and keep their base alive. Placeholders (inputs and lifted
 parameters) are live for the whole run. This is what the CPU timing path reports
 instead of ``torch.cuda.max_memory_allocated``; it ignores allocator rounding and
 kernel workspaces.
 """
 from __future__ import annotations
 
-import operator
-
 import torch
 from torch.fx import Graph, Node
 
 from optimus import meta
-
-VIEW_FUNCTIONS = {operator.getitem, torch.reshape, torch.transpose, torch.unsqueeze, torch.squeeze,
-                  torch.permute, torch.flatten, torch.unbind, torch.split, torch.narrow, torch.select,
-                  torch.movedim, torch.Tensor.view, torch.t, torch.detach}
-VIEW_METHODS = {"view", "reshape", "transpose", "unsqueeze", "squeeze", "permute", "flatten", "unbind",
-                "split", "narrow", "select", "t", "expand", "movedim", "detach", "contiguous", "unflatten",
-                "__getitem__"}
-
+from optimus.passes.common import is_pure_view
 
 def nbytes(v) -> int:
     """Bytes of a tensor value (sum over a tuple of them); 0 for anything else."""
@@ -31,14 +23,6 @@ def nbytes(v) -> int:
     if isinstance(v, (list, tuple)):
         return sum(nbytes(x) for x in v)
     return 0
-
-
-def is_view(node: Node) -> bool:
-    if node.op == "call_function":
-        return node.target in VIEW_FUNCTIONS
-    if node.op == "call_method":
-        return node.target in VIEW_METHODS
-    return False
 
 
 def peak_bytes(graph: Graph) -> dict:
@@ -59,7 +43,7 @@ def peak_bytes(graph: Graph) -> dict:
 
     # storage owner of every view
     for n in nodes:
-        if is_view(n) and n.all_input_nodes:
+        if is_pure_view(n) and n.all_input_nodes:
             base[n] = n.all_input_nodes[0]
     last_use: dict[Node, int] = {}
     for n in nodes:

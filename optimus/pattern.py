@@ -71,10 +71,15 @@ class BatchPattern(Pattern):
     ``fuse`` may insert its nodes anywhere; the engine moves them (and rewired users)
     forward to keep the graph topologically valid. It must rewire uses with
     ``replace_all_uses_with`` and erase the fused nodes.
+
+    ``anchors`` (targets, or method names for call_method) are the only targets whose
+    nodes ``key`` may give a group; the engine then keys just those nodes at the start of
+    a pass (O(candidates), not O(nodes)). Empty means every node may have a key.
     """
 
     kind = "batch"
     options = SearchOptions()
+    anchors: frozenset = frozenset()
 
     def key(self, node: Node) -> Hashable | Miss:
         raise NotImplementedError

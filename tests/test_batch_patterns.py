@@ -499,3 +499,29 @@ def test_recsys_towers_fuse_layer_by_layer():
     assert [len(s.sites) for s in trace.steps] == [8, 8]
     assert_sites_independent(trace)
     assert_every_step_ok(trace)
+
+
+# --------------------------------------------------------------------------- anchors
+
+
+@pytest.mark.parametrize("name", [n for n in sample_models.names()
+                                  if HAS_TRANSFORMERS or sample_models.REGISTRY[n].kind != "realistic"])
+def test_only_nodes_with_an_anchor_target_get_a_group_key(name):
+    """The engine keys only a pattern's anchors at the start of a pass: a node outside
+    them with a key would silently never be fused. Checked before and after the pipeline."""
+    from optimus.engine import run_pipeline
+
+    keyed = [p for p in REGISTRY.values() if p.kind == "batch" and p.anchors]
+    assert {p.name for p in keyed} >= set(BATCH_PASSES)
+
+    def check(graph):
+        for n in graph.nodes:
+            for p in keyed:
+                if not is_miss(p.key(n)):
+                    assert n.target in p.anchors, f"{p.name} keys {n.format_node()} outside its anchors"
+
+    model, inputs = sample_models.get(name)
+    c = capture(model, inputs)
+    check(c.gm.graph)
+    run_pipeline(c.gm, c.example_inputs, options=RunOptions(verify="off"))
+    check(c.gm.graph)

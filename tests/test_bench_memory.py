@@ -22,6 +22,22 @@ def test_liveness_estimate_counts_inputs_and_frees_dead_intermediates():
     assert r["peak_bytes"] == 3 * kib  # input + two live intermediates at most
 
 
+def test_liveness_estimate_counts_split_pieces_as_views_of_one_live_base():
+    class Pieces(nn.Module):
+        def forward(self, x):
+            a = x * 2                       # 4 KiB
+            p, q = torch.split(a, 16, 1)    # views: a stays alive while p or q is used
+            r = p.relu()                    # 2 KiB
+            s = q.sum()                     # 4 bytes; a dies after this
+            return r + s                    # 2 KiB
+    c = capture(Pieces(), (torch.zeros(32, 32),))
+    r = peak_bytes(c.gm.graph)
+    kib = 32 * 32 * 4
+    # at the sum: x (input) + a (alive through its view q, pieces allocate nothing) + r + s
+    assert r["peak_bytes"] == kib + kib + kib // 2 + 4
+    assert r["peak_node"] == "s"
+
+
 def test_bench_measures_every_stage_side_by_side_with_baseline_speedup_one():
     r = bench_pipeline("sample:teach_batch_relu", repeats=3, warmup=1)
     assert [s.stage for s in r.stages][0] == "baseline"

@@ -606,3 +606,36 @@ def test_the_collector_is_paused_only_while_the_engine_works_and_restored_after_
     with pytest.raises(PatternError, match="boom"):
         Engine(towers(8, 2), (), Pipeline([Pass("p", [_RaisingFuse()], options=opts)]), RunOptions(verify="off")).run()
     assert gc.isenabled()
+
+
+# --------------------------------------------------------------------------- memo while keying
+
+
+def test_is_written_memo_answers_like_the_walk_and_is_dropped_when_the_block_ends():
+    from torch.fx import symbolic_trace
+
+    from optimus.passes.common import is_written
+    from optimus.pattern import graph_unchanged, unchanged_memo
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            a, b, c = torch.split(x, 2, dim=1)
+            y = torch.relu(a)
+            b.add_(1)  # writes into x's storage through a view
+            return y, c
+
+    g = symbolic_trace(M()).graph
+    nodes = list(g.nodes)
+    plain = {n: is_written(n) for n in nodes}
+    assert plain[next(n for n in nodes if n.op == "placeholder")]
+    assert not plain[next(n for n in nodes if n.target is torch.relu)]
+    with graph_unchanged():
+        assert {n: is_written(n) for n in nodes} == plain
+        assert unchanged_memo("is_written")  # answers were memoised per alias root
+        with graph_unchanged():  # a nested block shares the outer tables
+            assert unchanged_memo("is_written")
+    assert unchanged_memo("is_written") is None
+    relu = next(n for n in nodes if n.target is torch.relu)
+    with g.inserting_after(relu):
+        g.call_method("mul_", (relu, 2))
+    assert is_written(relu)  # the graph changed after the block: not a stale memo answer

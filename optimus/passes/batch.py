@@ -93,6 +93,10 @@ class LinearOperands:
         return meta.shape(self.w)[1 if self.weight_is_nk else 0]
 
 
+#: every target ``linear_operands`` accepts (the linear patterns' anchors)
+LINEAR_LIKE = frozenset().union(*LINEAR, *ADDMM, *MATMUL)
+
+
 def linear_operands(node: Node) -> LinearOperands | Miss:
     """The operands of a linear-like node, or a Miss naming the failed condition.
 
@@ -148,6 +152,7 @@ class BatchLinear(BatchPattern):
     """
 
     name = "batch_linear"
+    anchors = LINEAR_LIKE
     upstream = "PreGradBatchLinearFusion (batch_linear)"
     description = "Fuse independent same-shape linears (F.linear, addmm, x @ W) into one batched matmul."
     preconditions = (
@@ -231,6 +236,7 @@ class BatchLinearLHS(BatchPattern):
     """
 
     name = "batch_linear_lhs"
+    anchors = LINEAR_LIKE
     upstream = "BatchLinearLHSFusion (batch_linear_lhs)"
     description = "Fuse independent linears that share one input into one wider linear plus a split."
     options = SearchOptions(min_fuse_set_size=2, max_fuse_search_depth=16)
@@ -298,6 +304,7 @@ class BatchLayerNorm(BatchPattern):
     """
 
     name = "batch_layernorm"
+    anchors = frozenset().union(*LAYER_NORM)
     upstream = "BatchLayernormFusion (batch_layernorm)"
     description = "Fuse independent same-shape layer norms into one layer norm over a stacked input."
     preconditions = (
@@ -359,6 +366,10 @@ class BatchUnary(BatchPattern):
     methods: frozenset = frozenset()
     params: tuple[tuple[str, Any], ...] = ()
     canonical: Any = None
+
+    @property
+    def anchors(self) -> frozenset:  # type: ignore[override]
+        return self.functions | self.methods
 
     def refuse(self, args: dict) -> Miss | None:
         """Why these canonical arguments cannot be fused, or None."""

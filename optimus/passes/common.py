@@ -169,16 +169,28 @@ def writes_inputs(node: Node) -> bool:
     return False
 
 
-# ops whose output may share storage with their first input (a write into one is seen in the other)
-VIEW_FUNCTIONS = {operator.getitem, torch.reshape, torch.transpose, torch.permute, torch.unsqueeze, torch.squeeze,
-                  torch.narrow, torch.select, torch.flatten, torch.unflatten, torch.unbind, torch.split,
-                  torch.functional.split, torch.chunk, torch.detach, torch.movedim, torch.t, torch.diagonal,
-                  torch.as_strided, torch.swapaxes, torch.swapdims, torch.tensor_split, torch.real,
-                  F.dropout}  # eval-mode dropout returns its input itself
-VIEW_METHODS = {"view", "view_as", "reshape", "reshape_as", "transpose", "permute", "t", "unsqueeze", "squeeze",
-                "expand", "expand_as", "narrow", "select", "flatten", "unflatten", "unbind", "split", "chunk",
-                "detach", "movedim", "diagonal", "as_strided", "unfold", "swapaxes", "swapdims", "tensor_split",
-                "contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16", "__getitem__"}
+# ops that always return a view of their first input: they allocate nothing
+# (optimus.memory's liveness estimate) and a write into one is seen in the other
+PURE_VIEW_FUNCTIONS = {operator.getitem, torch.reshape, torch.transpose, torch.permute, torch.unsqueeze, torch.squeeze,
+                       torch.narrow, torch.select, torch.flatten, torch.unflatten, torch.unbind, torch.split,
+                       torch.functional.split, torch.chunk, torch.detach, torch.movedim, torch.t, torch.diagonal,
+                       torch.as_strided, torch.swapaxes, torch.swapdims, torch.tensor_split, torch.real,
+                       torch.Tensor.view}
+PURE_VIEW_METHODS = {"view", "view_as", "reshape", "reshape_as", "transpose", "permute", "t", "unsqueeze", "squeeze",
+                     "expand", "expand_as", "narrow", "select", "flatten", "unflatten", "unbind", "split", "chunk",
+                     "detach", "movedim", "diagonal", "as_strided", "unfold", "swapaxes", "swapdims", "tensor_split",
+                     "__getitem__"}
+# ops whose output may share storage with their first input: the pure views, plus ops that
+# return their input itself when there is nothing to do (``contiguous`` on a contiguous
+# tensor, ``to``/``float`` to its own dtype, eval-mode dropout)
+VIEW_FUNCTIONS = PURE_VIEW_FUNCTIONS | {F.dropout}
+VIEW_METHODS = PURE_VIEW_METHODS | {"contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16"}
+
+
+def is_pure_view(node: Node) -> bool:
+    """True when ``node`` always returns a view of its first input (``PURE_VIEW_FUNCTIONS``,
+    ``PURE_VIEW_METHODS``): it allocates no storage of its own."""
+    return is_call(node, PURE_VIEW_FUNCTIONS, PURE_VIEW_METHODS)
 
 
 def is_view(node: Node) -> bool:
