@@ -40,7 +40,7 @@ class TraceFormatError(ValueError):
 # --------------------------------------------------------------------------- nodes
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeRecord:
     """One FX node as plain data.
 
