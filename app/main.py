@@ -13,7 +13,6 @@ import os
 
 import pandas as pd
 import streamlit as st
-import streamlit.components.v1 as components
 
 import sample_models
 import viz
@@ -213,6 +212,7 @@ def graph_options(n_nodes: int) -> dict:
                                 help="One graph above the other, each at full width.")
     return {"hops": int(hops), "fold_params": fold, "clusters": clusters,
             "full": bool(full) and n_nodes <= FULL_VIEW_LIMIT,
+            "legend_in_graph": False,  # the viewer keeps the legend on screen above the graph
             "height": int(height), "stacked": stacked}
 
 
@@ -223,7 +223,7 @@ def show_view(view: viz.GraphView, height: int) -> None:
     except viz.RenderError as e:
         st.warning(str(e))
         return
-    components.html(viz.svg_viewer_html(svg, view.focus, legend=view.legend, notes=view.notes), height=height)
+    st.iframe(viz.svg_viewer_html(svg, view.focus, legend=view.legend, notes=view.notes), height=height)
     note = f"{view.shown:,} of {view.total:,} nodes drawn"
     if view.folded:
         note += f"; {view.folded} parameters folded"

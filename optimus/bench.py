@@ -55,11 +55,16 @@ class BenchResult:
 
     def table(self) -> str:
         """The result as a plain-text table (what ``optimus bench`` prints)."""
-        rows = [f"{'stage':24s} {'nodes':>6s} {'median ms':>10s} {'p10..p90 ms':>17s} {'speedup':>8s} "
+        w = max([len("stage"), *(len(s.stage) for s in self.stages)])
+        rows = [f"{'stage':{w}s} {'nodes':>6s} {'median ms':>10s} {'p10..p90 ms':>17s} {'speedup':>8s} "
                 f"{'peak MiB':>9s}"]
         for s in self.stages:
-            rows.append(f"{s.stage:24s} {s.nodes:6d} {s.median_ms:10.3f} {s.p10_ms:8.3f}..{s.p90_ms:<8.3f} "
+            rows.append(f"{s.stage:{w}s} {s.nodes:6d} {s.median_ms:10.3f} {s.p10_ms:8.3f}..{s.p90_ms:<8.3f} "
                         f"{s.speedup:7.2f}x {s.peak_bytes / 2**20:9.2f}")
+        noisy = [s.stage for s in self.stages if s.p90_ms > 2 * s.p10_ms]
+        if noisy:
+            rows.append(f"noisy: p90 > 2x p10 for {len(noisy)} of {len(self.stages)} stages; speedups within "
+                        "that spread are noise (more --repeats, or a quieter machine)")
         rows.append(f"device {self.device}, {self.method}; peak memory "
                     f"{'measured' if self.method == 'cuda-events' else 'estimated from tensor liveness'}")
         return "\n".join(rows)

@@ -34,12 +34,16 @@ def _fmt_verify(v) -> str:
 
 def steps_table(trace) -> str:
     """The steps of a trace as a plain-text table: index, pass, pattern, sites, created,
-    erased, verify, ms (match + rewrite)."""
-    head = f"{'#':>4s}  {'pass':22s} {'pattern':24s} {'sites':>5s} {'created':>7s} {'erased':>6s}  {'verify':12s} {'ms':>7s}"
+    erased, verify (ok / FAIL and the largest absolute error), ms (match + rewrite).
+    Columns are as wide as their longest name."""
+    wp = max([len("pass"), *(len(s.pass_name) for s in trace.steps)])
+    wq = max([len("pattern"), *(len(s.pattern) for s in trace.steps)])
+    head = (f"{'#':>4s}  {'pass':{wp}s} {'pattern':{wq}s} {'sites':>5s} {'created':>7s} {'erased':>6s}  "
+            f"{'verify, max err':15s} {'ms':>7s}")
     rows = [head, "-" * len(head)]
     for s in trace.steps:
-        rows.append(f"{s.index:4d}  {s.pass_name[:22]:22s} {s.pattern[:24]:24s} {len(s.sites):5d} {len(s.created):7d} "
-                    f"{len(s.erased):6d}  {_fmt_verify(s.verify):12s} {(s.match_s + s.rewrite_s) * 1e3:7.2f}")
+        rows.append(f"{s.index:4d}  {s.pass_name:{wp}s} {s.pattern:{wq}s} {len(s.sites):5d} {len(s.created):7d} "
+                    f"{len(s.erased):6d}  {_fmt_verify(s.verify):15s} {(s.match_s + s.rewrite_s) * 1e3:7.2f}")
     return "\n".join(rows)
 
 
@@ -125,7 +129,7 @@ def cmd_show(a) -> int:
 
 def cmd_why(a) -> int:
     from optimus.capture import CaptureError, capture
-    from optimus.pattern import explain
+    from optimus.pattern import BatchPattern, explain, get, group_size
     from optimus.run import ModelSpecError, load_model
 
     try:
@@ -144,7 +148,18 @@ def cmd_why(a) -> int:
 
     print(f"{node.name} = {node.op} {target_name(node)}")
     for name, reason in explain(node).items():
-        print(f"  {name:32s} {'can apply here' if reason is None else 'no: ' + reason}")
+        if reason is not None:
+            print(f"  {name:32s} no: {reason}")
+            continue
+        p = get(name)
+        if not isinstance(p, BatchPattern):
+            print(f"  {name:32s} matches here")
+            continue
+        size, need = group_size(p, node), p.options.min_fuse_set_size
+        verdict = (f"too few to fuse (needs {need})" if size < need else
+                   f"fuses if {need}+ of them are independent and all within "
+                   f"{p.options.max_fuse_search_depth} producer hops of one node")
+        print(f"  {name:32s} member: {size} node(s) share its group key; {verdict}")
     return 0
 
 
@@ -165,8 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="capture a model and run the Optimus pipeline, one recorded step per match")
     r.add_argument("model", help="sample:NAME or package.module:factory")
-    r.add_argument("--passes", help="comma-separated passes to enable (default: all)")
-    r.add_argument("--verify", choices=["step", "end", "off"], default="end")
+    r.add_argument("--passes", help="comma-separated pass names to enable (`optimus passes` lists them; "
+                   "default: all)")
+    r.add_argument("--verify", choices=["step", "end", "off"], default="end",
+                   help="compare outputs with the original model after every step, once at the end "
+                   "(default), or never")
     r.add_argument("--grads", action="store_true", help="also compare gradients")
     r.add_argument("--trace", help="write the trace JSON here")
     r.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
@@ -175,9 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("passes", help="list the patterns with description, preconditions and source")
     p.set_defaults(fn=cmd_passes)
     b = sub.add_parser("bench", help="time the graph after each pass (CUDA events on GPU, wall clock on CPU)")
-    b.add_argument("model")
-    b.add_argument("--passes")
-    b.add_argument("--repeats", type=int, default=20)
+    b.add_argument("model", help="sample:NAME or package.module:factory")
+    b.add_argument("--passes", help="comma-separated pass names to enable (default: all)")
+    b.add_argument("--repeats", type=int, default=20, help="timed runs per stage after warm-up (default: 20)")
     b.add_argument("--compile", action="store_true", help="also time each stage under torch.compile (Inductor)")
     b.add_argument("--json", help="write the result as JSON here")
     b.set_defaults(fn=cmd_bench)

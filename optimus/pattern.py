@@ -209,6 +209,25 @@ def explain(node: Node, patterns: Iterable[Pattern] | None = None) -> dict[str, 
     return out
 
 
+def group_size(pattern: BatchPattern, node: Node) -> int:
+    """How many nodes of ``node``'s graph (``node`` included) share its group key under
+    ``pattern`` (0 when ``node`` has none). A group fuses only with at least
+    ``options.min_fuse_set_size`` independent members found within
+    ``options.max_fuse_search_depth`` producer hops of one search root, so this is an
+    upper bound on the group ``node`` can join. O(nodes) key calls."""
+    k = pattern.key(node)
+    if k is None or isinstance(k, Miss):
+        return 0
+    size = 0
+    for n in node.graph.nodes:
+        try:
+            m = pattern.key(n)
+        except Exception:  # noqa: BLE001 - a node the key cannot read is not in the group
+            continue
+        size += m is not None and not isinstance(m, Miss) and m == k
+    return size
+
+
 def targets_text(targets: Iterable[Any]) -> str:
     out = []
     for t in targets:

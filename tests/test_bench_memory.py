@@ -45,3 +45,15 @@ def test_bench_measures_every_stage_side_by_side_with_baseline_speedup_one():
     assert r.stages[0].speedup == 1.0
     assert all(s.median_ms > 0 and s.p10_ms <= s.median_ms <= s.p90_ms and s.peak_bytes > 0 for s in r.stages)
     assert "baseline" in r.table()
+
+
+def test_bench_table_fits_long_stage_names_and_flags_noisy_timings():
+    from optimus.bench import BenchResult, StageTiming
+
+    steady = StageTiming("baseline", 10, 1.0, 0.9, 1.1, 5)
+    long_name = StageTiming("move_reshape_out_of_split_stack_pass", 9, 0.8, 0.5, 3.0, 5, speedup=1.25)
+    table = BenchResult("cpu", "wall-clock", [steady, long_name]).table()
+    head, first, second = table.splitlines()[:3]
+    assert head.index("nodes") + 5 == first.index("10") + 2 == second.index(" 9") + 2  # one column edge
+    assert "noisy: p90 > 2x p10 for 1 of 2 stages" in table
+    assert "noisy" not in BenchResult("cpu", "wall-clock", [steady]).table()

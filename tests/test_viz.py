@@ -100,6 +100,13 @@ def test_legend_names_the_marks_present_in_the_view():
     assert "created (8)" in after and "erased" not in after.split("__legend__", 1)[1]
 
 
+def test_a_viewer_that_shows_the_legend_itself_gets_a_drawing_without_one():
+    drawn = viz.step_view(five_linears_trace(), 1, "before")
+    bare = viz.step_view(five_linears_trace(), 1, "before", legend_in_graph=False)
+    assert "__legend__" in drawn.source and "__legend__" not in bare.source
+    assert bare.legend == drawn.legend and any("step 1 (batch_linear)" in e.text for e in bare.legend)
+
+
 def test_labels_give_op_short_target_shape_dtype_and_readable_placeholders():
     t = five_linears_trace()
     src = viz.step_view(t, 1, "after", fold_params=False).source

@@ -245,7 +245,7 @@ def _connected(snap: GraphSnapshot, names: list[str]) -> bool:
 
 def graph_view(snap: GraphSnapshot, marks: Marks | None = None, title: str = "", hops: int = HOPS,
                max_nodes: int = MAX_NODES, full: bool = False, fold_params: bool = True,
-               clusters: bool = True) -> GraphView:
+               clusters: bool = True, legend_in_graph: bool = True) -> GraphView:
     """Build the DOT view of ``snap`` with ``marks`` highlighted.
 
     When more than ``max_nodes`` nodes would be drawn and ``full`` is False, only the
@@ -253,7 +253,9 @@ def graph_view(snap: GraphSnapshot, marks: Marks | None = None, title: str = "",
     first ``max_nodes`` nodes in graph order), plus a note node "… N nodes not shown".
     ``fold_params`` leaves unmarked parameter placeholders out and counts them on their
     users' labels. ``clusters`` draws a dashed box per module (see :func:`_cluster_key`)
-    when the drawn nodes come from more than one module.
+    when the drawn nodes come from more than one module. ``legend_in_graph`` False leaves
+    the legend node out of the drawing (for a viewer that shows ``GraphView.legend``
+    itself); the returned legend and notes are the same either way.
     """
     marks = marks or Marks()
     marked = marks.names()
@@ -307,7 +309,8 @@ def graph_view(snap: GraphSnapshot, marks: Marks | None = None, title: str = "",
 
     legend = legend_entries(marks, shown)
     notes = [f"{len(folded_names)} parameter placeholders folded into their users"] if folded_names else []
-    _add_legend(g, legend, notes)
+    if legend_in_graph:
+        _add_legend(g, legend, notes)
     if elided:
         around = "the marked nodes" if marked & shown else "the first nodes in graph order"
         note = (f"… {elided:,} nodes not shown\\n(showing {used_hops}-hop neighbourhood of {around}; "

@@ -4,7 +4,7 @@ It opens zoomed to the *focus* nodes (a step's sites, or the nodes it created), 
 part of a wide graph that changed is readable at once; the mouse wheel zooms around the
 pointer, dragging pans, and buttons fit the focus or the whole graph. Hovering a node
 shows its tooltip (target, arguments, module, source line). No network access: the
-script is inline. The app shows it in an iframe (``st.components.v1.html``).
+script is inline. The app shows it in an iframe (``st.iframe``).
 """
 from __future__ import annotations
 
