@@ -89,7 +89,9 @@ def cmd_passes(a) -> int:
     pipe = default_pipeline()
     in_pass = {p.name: q.name for q in pipe.passes for p in q.patterns}
     for p in pass_catalogue():
-        print(f"{p['name']}  [{p['kind']}; pass {in_pass.get(p['name'], '-')}]  {p['source']}")
+        where = f"in pass {in_pass[p['name']]}" if p["name"] in in_pass else \
+            "not in the default pipeline (upstream_pipeline options only)"
+        print(f"{p['name']}  [{p['kind']} pattern, {where}]  {p['source']}")
         print(f"    {p['description']}")
         for c in p["preconditions"]:
             print(f"    - {c}")
