@@ -242,8 +242,7 @@ class Engine:
             opts = p.options or pattern.options
             cache = KeyCache(pattern.key)
             if pattern.anchors:  # only these nodes can have a key; the others are keyed lazily (None)
-                by_target = self._targets()
-                nodes = [n for t in pattern.anchors for n in by_target.get(t, ()) if n.users]
+                nodes = [n for n in self._anchored(pattern.anchors) if n.users]
             else:
                 if everyone is None:
                     everyone = [n for n in self.gm.graph.nodes if n.users]
@@ -297,11 +296,14 @@ class Engine:
                     self._by_target.setdefault(n.target, {})[n] = None
         return self._by_target
 
+    def _anchored(self, anchors: frozenset) -> list[Node]:
+        """Live nodes whose target (or method name) is one of ``anchors``, from :meth:`_targets`."""
+        by_target = self._targets()
+        return [n for t in anchors for n in by_target.get(t, ())]
+
     def _sweep_rewrite(self, p: Pass, pattern: RewritePattern) -> Iterator[Step]:
-        anchors = pattern.anchors
-        if anchors:
-            by_target = self._targets()
-            nodes = [n for t in anchors for n in by_target.get(t, ())]
+        if pattern.anchors:
+            nodes = self._anchored(pattern.anchors)
             nodes.sort(key=self.index.pos.__getitem__, reverse=True)
         else:
             nodes = list(self.gm.graph.nodes)

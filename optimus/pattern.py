@@ -219,12 +219,13 @@ def group_size(pattern: BatchPattern, node: Node) -> int:
     if k is None or isinstance(k, Miss):
         return 0
     size = 0
-    for n in node.graph.nodes:
-        try:
-            m = pattern.key(n)
-        except Exception:  # noqa: BLE001 - a node the key cannot read is not in the group
-            continue
-        size += m is not None and not isinstance(m, Miss) and m == k
+    with graph_unchanged():  # keys may memoise graph-wide facts, as when the engine keys a pass
+        for n in node.graph.nodes:
+            try:
+                m = pattern.key(n)
+            except Exception:  # noqa: BLE001 - a node the key cannot read is not in the group
+                continue
+            size += m is not None and not isinstance(m, Miss) and m == k
     return size
 
 

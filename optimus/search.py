@@ -196,13 +196,7 @@ class GraphIndex:
         nodes = list(nodes)
         moved: list[Node] = []
         work = deque(nodes)
-        while work:
-            v = work.popleft()
-            if v._erased or v.op == "root":
-                continue
-            inputs = v.all_input_nodes
-            if not inputs:
-                continue
+        for v, inputs in _with_inputs(work):
             latest = max(inputs, key=pos.__getitem__)
             if pos[latest] >= pos[v]:
                 latest.append(v)
@@ -211,13 +205,7 @@ class GraphIndex:
                 work.extend(v.users)
         work = deque(nodes)
         work.extend(moved)
-        while work:
-            v = work.popleft()
-            if v._erased or v.op == "root":
-                continue
-            inputs = v.all_input_nodes
-            if not inputs:
-                continue
+        for v, inputs in _with_inputs(work):
             top = max(level[i] for i in inputs)
             if level[v] <= top:
                 level[v] = top + 1
@@ -236,6 +224,18 @@ class GraphIndex:
                 assert self.pos[i] < self.pos[n], f"{i} is after its user {n}"
                 assert self.level[i] < self.level[n], f"level of {i} >= level of its user {n}"
         assert count == len(self.pos) == len(self.level), "index holds erased nodes"
+
+
+def _with_inputs(work: deque) -> Iterator[tuple[Node, list[Node]]]:
+    """Pop ``work`` first in, first out (the caller may append while iterating), yielding
+    each live node that has inputs, with its inputs."""
+    while work:
+        v = work.popleft()
+        if v._erased or v.op == "root":
+            continue
+        inputs = v.all_input_nodes
+        if inputs:
+            yield v, inputs
 
 
 KeyFn = Callable[[Node], "Hashable | Miss"]
