@@ -98,7 +98,7 @@ class NodeRecord:
 
     def args_text(self, limit: int = 60) -> str:
         """The arguments as Python-like text, node references by name, cut to ``limit`` chars."""
-        parts = [_arg_text(a) for a in self.args] + [f"{k}={_arg_text(v)}" for k, v in self.kwargs.items()]
+        parts = [arg_text(a) for a in self.args] + [f"{k}={arg_text(v)}" for k, v in self.kwargs.items()]
         text = ", ".join(parts)
         return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -125,16 +125,18 @@ def refs_in(args: Any, kwargs: Any = None) -> list[str]:
     return list(out)
 
 
-def _arg_text(a: Any) -> str:
+def arg_text(a: Any) -> str:
+    """One argument as Python-like text: node references by name, slices as ``a:b:c``,
+    lists and dicts element by element (never cut)."""
     if isinstance(a, dict):
         if "node" in a and len(a) == 1:
             return a["node"]
         if "slice" in a and len(a) == 1:
             s = a["slice"]
             return ":".join("" if v is None else str(v) for v in s)
-        return "{" + ", ".join(f"{k}: {_arg_text(v)}" for k, v in a.items()) + "}"
+        return "{" + ", ".join(f"{k}: {arg_text(v)}" for k, v in a.items()) + "}"
     if isinstance(a, list):
-        return "[" + ", ".join(_arg_text(v) for v in a) + "]"
+        return "[" + ", ".join(arg_text(v) for v in a) + "]"
     return str(a)
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import graphviz
 
-from optimus.trace import GraphSnapshot, NodeRecord, Step, Trace
+from optimus.trace import GraphSnapshot, NodeRecord, Step, Trace, arg_text
 
 #: fill colours of fused groups (pattern sites), one per step in a pass overview
 GROUP_COLOURS = ("#ffd54f", "#81d4fa", "#ce93d8", "#ffab91", "#f48fb1", "#80cbc4", "#e6ee9c", "#b39ddb",
@@ -150,6 +150,11 @@ def _esc(text: str) -> str:
     return str(text).replace("\\", "\\\\")
 
 
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def node_label(rec: NodeRecord, folded: int = 0) -> str:
     """Label lines (DOT ``\\n``-joined): name; op and short target (getitem: its index);
     shape and dtype; ``+N params`` when parameters were folded into this node.
@@ -168,7 +173,7 @@ def node_label(rec: NodeRecord, folded: int = 0) -> str:
         elif rec.op == "call_module":
             t = f"{rec.target} ({rec.module_type or 'module'})"
         if t == "getitem" and len(rec.args) >= 2:
-            t = f"getitem [{rec.args_text(20).split(', ', 1)[1]}]"
+            t = f"getitem [{_cut(arg_text(rec.args[1]), 18)}]"
         redundant = re.fullmatch(re.escape(t) + r"(_\d+)?", rec.name)  # linear_3 is a linear
         lines = [rec.name, sd] if redundant else [rec.name, t, sd]
     if folded:
