@@ -254,9 +254,12 @@ class Step:
     rewrite_s: float
     nodes_after: int
     verify: VerifyResult | None = None
+    #: pattern-specific figures, plain data (``prepack_weights``: ``bytes_packed``)
+    info: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {
+        extra = {"info": self.info} if self.info else {}
+        return {**extra, 
             "index": self.index, "pass": self.pass_name, "pattern": self.pattern,
             "sites": self.sites, "created": self.created, "erased": self.erased,
             "replaced": self.replaced, "delta": self.delta.to_json(),
@@ -272,6 +275,7 @@ class Step:
             delta=Delta.from_json(d["delta"]), match_s=d["match_s"], rewrite_s=d["rewrite_s"],
             nodes_after=d["nodes_after"],
             verify=VerifyResult(**d["verify"]) if d.get("verify") is not None else None,
+            info=d.get("info", {}),
         )
 
 
