@@ -2,7 +2,8 @@
 
     optimus run MODEL [--passes a,b] [--verify step|end|off] [--grads] [--trace out.json]
     optimus passes
-    optimus bench MODEL [--passes a,b] [--repeats N] [--compile] [--json out.json]
+    optimus bench MODEL [--device cpu|cuda] [--mode inference|training] [--compile] [--against-upstream]
+                  [--alone] [--passes a,b] [--repeats N] [--threads N] [--json out.json]
     optimus show TRACE.json
     optimus why MODEL NODE
     optimus app [--port N]
@@ -103,16 +104,38 @@ def cmd_passes(a) -> int:
 def cmd_bench(a) -> int:
     from optimus.bench import bench_pipeline
     from optimus.capture import CaptureError
+    from optimus.engine import PatternError
     from optimus.run import ModelSpecError
 
-    try:
-        r = bench_pipeline(a.model, passes=_passes_arg(a.passes), repeats=a.repeats, compile=a.compile)
-    except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
-        print(f"optimus: {e}", file=sys.stderr)
+    if a.repeats < 1 or a.warmup < 0 or (a.threads is not None and a.threads < 1):
+        print("optimus: --repeats and --threads must be at least 1, --warmup at least 0", file=sys.stderr)
         return EXIT_INPUT
+    if a.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("optimus: --device cuda: CUDA is not available on this machine", file=sys.stderr)
+            return EXIT_INPUT
+
+    def progress(done: int, total: int, label: str) -> None:
+        if a.progress:
+            print(f"\r{done}/{total} {label[:60]:60s}", end="" if done < total else "\n", file=sys.stderr)
+
+    try:
+        r = bench_pipeline(a.model, passes=_passes_arg(a.passes), repeats=a.repeats, warmup=a.warmup,
+                           compile=a.compile, device=a.device, mode=a.mode, alone=a.alone,
+                           against_upstream=a.against_upstream, reference=not a.no_reference, threads=a.threads,
+                           graph_index=getattr(a, "graph", None), progress=progress)
+    except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
+        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return EXIT_INPUT
+    except PatternError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_PATTERN
     print(r.table())
     if a.json:
         Path(a.json).write_text(json.dumps(r.to_json(), indent=1))
+        print(f"result written to {a.json}")
     return 0
 
 
@@ -194,11 +217,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run)
     p = sub.add_parser("passes", help="list the patterns with description, preconditions and source")
     p.set_defaults(fn=cmd_passes)
-    b = sub.add_parser("bench", help="time the graph after each pass (CUDA events on GPU, wall clock on CPU)")
+    b = sub.add_parser("bench", help="time and size the graph after each pass, side by side in one run "
+                       "(CUDA events on GPU, wall clock on CPU)")
     b.add_argument("model", help="sample:NAME or package.module:factory")
     b.add_argument("--passes", help="comma-separated pass names to enable (default: all)")
-    b.add_argument("--repeats", type=int, default=20, help="timed runs per stage after warm-up (default: 20)")
+    b.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
+    b.add_argument("--mode", choices=["inference", "training"], default="inference",
+                   help="inference: forward under no_grad, weights pre-packed (default); training: forward + "
+                   "backward, weights stacked per call")
     b.add_argument("--compile", action="store_true", help="also time each stage under torch.compile (Inductor)")
+    b.add_argument("--against-upstream", action="store_true",
+                   help="add stage 'upstream': PyTorch's pre-grad passes with the equivalent pre_grad_fusion_options")
+    b.add_argument("--alone", action="store_true", help="also time each pass applied alone")
+    b.add_argument("--no-reference", action="store_true", help="skip the model's hand-fused reference")
+    b.add_argument("--repeats", type=int, default=20, help="timed rounds after warm-up (default: 20)")
+    b.add_argument("--warmup", type=int, default=3, help="warm-up calls per variant (default: 3)")
+    b.add_argument("--threads", type=int, default=None, help="torch CPU threads for the run (default: as is)")
+    b.add_argument("--progress", action="store_true", help="show progress on stderr")
     b.add_argument("--json", help="write the result as JSON here")
     b.set_defaults(fn=cmd_bench)
     s = sub.add_parser("show", help="print the steps of a saved trace")

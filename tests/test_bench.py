@@ -1,0 +1,131 @@
+"""The bench protocol: stages, interleaved rounds, modes, upstream and reference stages, JSON, CLI."""
+import json
+
+import pytest
+import torch
+
+import optimus.bench as bench
+from optimus.bench import BenchResult, Stage, StageTiming, bench_pipeline, measure, upstream_options
+from optimus.cli import main
+
+
+def _gm(scale: float):
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x * scale
+    return torch.fx.symbolic_trace(M())
+
+
+def test_rounds_interleave_every_variant_with_a_rotating_start(monkeypatch):
+    calls: list[str] = []
+
+    def fake_call(fn, inputs, mode):
+        label = f"v{len(made)}"
+        made.append(label)
+        return lambda: calls.append(label)
+    made: list[str] = []
+    monkeypatch.setattr(bench, "make_call", fake_call)
+    monkeypatch.setattr(bench, "_time_once", lambda call, inner, cuda: (call(), 1.0)[1])
+    x = (torch.ones(4),)
+    r = measure([Stage("baseline", _gm(1.0), x, "baseline"), Stage("a", _gm(2.0), x), Stage("b", _gm(3.0), x)],
+                repeats=3, warmup=0)
+    timed = calls[3:]  # after one warm-up call each
+    assert timed == ["v0", "v1", "v2", "v1", "v2", "v0", "v2", "v0", "v1"]
+    assert [s.repeats for s in r.stages] == [3, 3, 3] and r.stages[0].speedup == 1.0
+
+
+def test_training_mode_differentiates_with_respect_to_the_parameters():
+    w = torch.nn.Parameter(torch.ones(3))
+    seen = []
+
+    def fn(x, w):
+        out = x * w
+        out.register_hook(lambda g: seen.append(g))
+        return (out,)
+    bench.make_call(fn, (torch.ones(3), w), "training")()
+    assert seen and w.grad is None  # a gradient flowed, nothing accumulated
+    with pytest.raises(ValueError, match="require grad"):
+        bench.make_call(fn, (torch.ones(3), torch.ones(3)), "training")
+
+
+def test_measure_rejects_bad_arguments():
+    x = (torch.ones(2),)
+    with pytest.raises(ValueError, match="no stages"):
+        measure([], repeats=1)
+    with pytest.raises(ValueError, match="mode must be"):
+        measure([Stage("baseline", _gm(1.0), x)], mode="eval")
+    with pytest.raises(ValueError, match="repeats"):
+        measure([Stage("baseline", _gm(1.0), x)], repeats=0)
+
+
+@pytest.fixture(scope="module")
+def towers32():
+    return bench_pipeline("sample:recsys_towers32", repeats=3, warmup=1, against_upstream=True, threads=1)
+
+
+def test_inference_bench_times_changed_passes_prepack_upstream_and_reference(towers32):
+    r = towers32
+    names = [s.stage for s in r.stages]
+    assert names[0] == "baseline" and names[-2:] == ["upstream", "reference"]
+    assert "prepack_weights" in names and "batch_linear" in names
+    assert all(s.steps > 0 for s in r.stages if s.kind == "pass")
+    assert "batch_tanh" in r.unchanged and "batch_tanh" not in names
+    assert r.mode == "inference" and r.threads == 1 and r.bytes_packed == 1_081_344
+    assert r.upstream_options["batch_linear"] == {"min_fuse_set_size": 5, "max_fuse_search_depth": 5}
+    assert r.ours.stage == "prepack_weights"
+    assert set(r.ratios()) == {"ours_vs_upstream", "ours_vs_reference"}
+    base, packed = r.stage("baseline"), r.stage("prepack_weights")
+    assert packed.peak_bytes <= base.peak_bytes < r.stage("batch_linear").peak_bytes
+    assert all(s.p10_ms <= s.median_ms <= s.p90_ms for s in r.stages)
+
+
+def test_json_holds_the_documented_fields(towers32):
+    d = json.loads(json.dumps(towers32.to_json()))
+    assert d["device"] == "cpu" and d["mode"] == "inference"
+    for s in d["stages"]:
+        assert {"name", "latency_ms_median", "latency_ms_p10", "latency_ms_p90", "peak_bytes",
+                "speedup_vs_baseline"} <= set(s)
+    assert any(s["name"] == "upstream" for s in d["stages"])
+
+
+def test_training_bench_keeps_weights_per_call_and_trains_the_reference():
+    r = bench_pipeline("sample:recsys_towers32", repeats=2, warmup=1, mode="training", passes=["batch_linear"])
+    assert [s.stage for s in r.stages] == ["baseline", "batch_linear", "reference"]
+    assert r.mode == "training" and r.bytes_packed == 0
+
+
+def test_compiled_variants_get_latency_speedup_and_compile_time():
+    r = bench_pipeline("sample:teach_batch_relu", repeats=2, warmup=1, compile=True, passes=["batch_relu"])
+    assert [s.stage for s in r.stages] == ["baseline", "batch_relu"]
+    for s in r.stages:
+        assert s.compiled_median_ms > 0 and s.compile_s > 0 and s.compiled_speedup > 0
+    assert r.stages[0].compiled_speedup == 1.0
+    assert "compiled ms" in r.table()
+
+
+def test_upstream_options_name_upstream_passes_with_our_search_options():
+    o = upstream_options(["normalization_pass", "batch_linear_lhs", "batch_relu", "split_cat_cleanup",
+                          "unbind_cat_to_view_pass"])
+    assert o == {"normalization_pass": {}, "batch_linear_lhs": {"min_fuse_set_size": 2, "max_fuse_search_depth": 16},
+                 "batch_relu": {"min_fuse_set_size": 5, "max_fuse_search_depth": 5}, "split_cat_pass": {},
+                 "unbind_stack_pass": {}, "unbind_cat_to_view_pass": {}}
+
+
+def test_noise_warning_names_the_noisy_stages():
+    steady = StageTiming("baseline", 10, 1.0, 0.9, 1.1, 5)
+    noisy = StageTiming("batch_relu", 9, 0.8, 0.5, 3.0, 5, speedup=1.25)
+    assert BenchResult("cpu", "wall-clock", [steady]).noise_warning() is None
+    assert "(batch_relu)" in BenchResult("cpu", "wall-clock", [steady, noisy]).noise_warning()
+
+
+def test_cli_bench_writes_json_and_rejects_bad_input(tmp_path, capsys):
+    out = tmp_path / "b.json"
+    assert main(["bench", "sample:teach_batch_relu", "--repeats", "2", "--threads", "1", "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["stages"][0]["name"] == "baseline" and d["threads"] == 1
+    assert "baseline" in capsys.readouterr().out
+    assert main(["bench", "sample:nope"]) == 2
+    assert main(["bench", "sample:teach_batch_relu", "--repeats", "0"]) == 2
+    if not torch.cuda.is_available():
+        assert main(["bench", "sample:teach_batch_relu", "--device", "cuda"]) == 2
+        assert "CUDA is not available" in capsys.readouterr().err
