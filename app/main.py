@@ -17,6 +17,7 @@ import streamlit as st
 import sample_models
 import viz
 from app import state as S
+from app.timing import timing_panel
 from optimus.passes import default_pipeline, pass_catalogue
 
 SOURCES = ("Sample model", "Python factory", "Trace file")
@@ -277,40 +278,6 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def timing(trace) -> None:
-    st.markdown("#### Per-pass timing and memory")
-    if ss.spec is None:
-        st.caption("Timing needs the model: this trace came from a file whose model is not a sample here.")
-        return
-    c = st.columns([1, 1, 4], vertical_alignment="bottom")
-    repeats = c[0].number_input("Repeats", 3, 200, 20, key="repeats")
-    if c[1].button("Measure per-pass timing", key="bench_btn"):
-        from optimus.bench import bench_pipeline
-
-        passes = [p["name"] for p in trace.passes if p.get("enabled", True)] or None
-        bar = st.progress(0.0, text="capturing and running the pipeline")
-
-        def progress(done: int, total: int, label: str) -> None:
-            bar.progress(min(1.0, done / max(total, 1)), text=f"{label}: {done}/{total}")
-
-        try:
-            ss.bench = bench_pipeline(ss.spec, passes=passes, repeats=int(repeats), progress=progress)
-        except Exception as e:  # noqa: BLE001
-            title, msg = S.error_message(e)
-            st.error(f"**Timing failed — {title}**: {msg}")
-        bar.empty()
-    b = ss.bench
-    if b is None:
-        st.caption("Times the baseline graph and the graph after each enabled pass (eager), round-robin, "
-                   "CUDA events on a GPU, wall clock on CPU.")
-        return
-    st.info(f"Measured on {viz.method_text(b)}.")
-    l, r = st.columns(2)
-    l.plotly_chart(viz.speedup_figure(b), width="stretch")
-    r.plotly_chart(viz.memory_figure(b), width="stretch")
-    st.dataframe(pd.DataFrame(viz.bench_rows(b)), hide_index=True, width="stretch")
-
-
 def downloads(trace) -> None:
     st.markdown("#### Export")
     c = st.columns(3)
@@ -354,7 +321,7 @@ def main() -> None:
         graphs(trace, cur, pass_filter, mode, opts)
         step_details(trace, cur)
         st.plotly_chart(viz.node_count_figure(trace, current=cur), width="stretch")
-    timing(trace)
+    timing_panel(trace, ss)
     downloads(trace)
 
 

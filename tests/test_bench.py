@@ -129,3 +129,20 @@ def test_cli_bench_writes_json_and_rejects_bad_input(tmp_path, capsys):
     if not torch.cuda.is_available():
         assert main(["bench", "sample:teach_batch_relu", "--device", "cuda"]) == 2
         assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_figures_show_compiled_series_and_compile_time_only_when_compiled():
+    import viz
+
+    base = StageTiming("baseline", 10, 1.0, 0.9, 1.1, 5, kind="baseline", compiled_median_ms=0.5, compile_s=3.0,
+                       compiled_p10_ms=0.45, compiled_p90_ms=0.55, compiled_speedup=1.0)
+    fused = StageTiming("batch_relu", 9, 0.5, 0.45, 0.6, 5, speedup=2.0, steps=1, compiled_median_ms=0.25,
+                        compile_s=2.0, compiled_p10_ms=0.2, compiled_p90_ms=0.3, compiled_speedup=2.0)
+    b = BenchResult("cpu", "wall-clock", [base, fused], mode="training")
+    fig = viz.speedup_figure(b)
+    assert [t.name for t in fig.data] == ["eager", "torch.compile (Inductor)"]
+    assert list(fig.data[1].y) == [1.0, 2.0]
+    assert list(viz.compile_time_figure(b).data[0].y) == [3.0, 2.0]
+    assert "training" in fig.layout.title.text
+    assert viz.compile_time_figure(BenchResult("cpu", "wall-clock", [StageTiming("baseline", 1, 1, 1, 1, 1)])) is None
+    assert viz.bench_rows(b)[1]["compile s"] == 2.0

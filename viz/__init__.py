@@ -6,11 +6,12 @@ from viz.graph import (GROUP_COLOURS, HOPS, MAX_NODES, GraphView, Marks, RenderE
 
 __all__ = ["GROUP_COLOURS", "HOPS", "MAX_NODES", "GraphView", "Marks", "RenderError", "graph_view", "node_label",
            "pass_view", "render_svg", "responsive_svg", "snapshot_view", "step_marks", "step_view"]
-from viz.figures import bench_rows, memory_figure, method_text, node_count_figure, speedup_figure  # noqa: E402
+from viz.figures import (bench_rows, compile_time_figure, memory_figure, method_text, node_count_figure,  # noqa: E402
+                         speedup_figure)
 from viz.report import html_report, write_report  # noqa: E402
 from viz.text import step_facts, trace_summary, verify_text  # noqa: E402
 
-__all__ += ["bench_rows", "memory_figure", "method_text", "node_count_figure", "speedup_figure", "html_report",
+__all__ += ["bench_rows", "compile_time_figure", "memory_figure", "method_text", "node_count_figure", "speedup_figure", "html_report",
             "write_report", "step_facts", "trace_summary", "verify_text"]
 from viz.viewer import svg_viewer_html  # noqa: E402
 
