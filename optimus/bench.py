@@ -417,11 +417,13 @@ def _trainable(inputs: tuple, n_user: int) -> tuple:
 
 def build_stages(spec, passes: list[str] | None = None, mode: str = "inference", alone: bool = False,
                  against_upstream: bool = False, reference: bool = True, inputs: tuple | None = None,
-                 capture_method: str = "dynamo", graph_index: int | None = None) -> tuple[list[Stage], dict]:
+                 capture_method: str = "dynamo", graph_index: int | None = None,
+                 final_only: bool = False) -> tuple[list[Stage], dict]:
     """Capture ``spec`` (a model spec, see :func:`optimus.run.load_model`, or an nn.Module
     with ``inputs``) in ``mode``, run the pipeline keeping the graph after each pass, and
     return the stages to time plus facts for the result (``unchanged``,
-    ``upstream_options``, ``bytes_packed``). See the module doc for the stages.
+    ``upstream_options``, ``bytes_packed``). See the module doc for the stages; with
+    ``final_only`` the per-pass stages are left out but the last (the whole pipeline).
     Raises ModelSpecError, CaptureError, KeyError (unknown pass), ValueError (mode)."""
     from optimus.capture import capture
     from optimus.engine import Engine, RunOptions, copy_graph_module
@@ -449,6 +451,8 @@ def build_stages(spec, passes: list[str] | None = None, mode: str = "inference",
     base = res.engine.stages[0][1]
     stages = [Stage("baseline", base, ins, "baseline")]
     stages += [Stage(name, gm, ins, "pass", per_pass[name]) for name, gm in res.engine.stages[1:] if name in per_pass]
+    if final_only and len(stages) > 2:
+        stages = [stages[0], Stage("pipeline", stages[-1].gm, ins, "pass", len(res.trace.steps))]
     enabled = [name for name, _ in res.engine.stages[1:]]
     facts: dict = {"unchanged": [n for n in enabled if n not in per_pass], "upstream_options": None,
                    "bytes_packed": 0}
@@ -487,7 +491,7 @@ def bench_pipeline(spec, passes: list[str] | None = None, repeats: int = 20, war
                    capture_method: str = "dynamo", graph_index: int | None = None,
                    progress: Callable[[int, int, str], None] | None = None, mode: str = "inference",
                    alone: bool = False, against_upstream: bool = False, reference: bool = True,
-                   threads: int | None = None) -> BenchResult:
+                   threads: int | None = None, final_only: bool = False) -> BenchResult:
     """Build the stages (:func:`build_stages`) and time them (:func:`measure`): what
     ``optimus bench`` and the app's timing panel run. ``threads`` sets
     ``torch.set_num_threads`` for the run (restored after). ``capture_method`` and
@@ -499,7 +503,7 @@ def bench_pipeline(spec, passes: list[str] | None = None, repeats: int = 20, war
         torch.set_num_threads(threads)
     try:
         stages, facts = build_stages(spec, passes, mode, alone, against_upstream, reference, inputs,
-                                     capture_method, graph_index)
+                                     capture_method, graph_index, final_only)
         out = measure(stages, repeats, warmup, device, compile, mode, progress)
     finally:
         torch.set_num_threads(old)

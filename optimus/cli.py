@@ -125,7 +125,7 @@ def cmd_bench(a) -> int:
         r = bench_pipeline(a.model, passes=_passes_arg(a.passes), repeats=a.repeats, warmup=a.warmup,
                            compile=a.compile, device=a.device, mode=a.mode, alone=a.alone,
                            against_upstream=a.against_upstream, reference=not a.no_reference, threads=a.threads,
-                           graph_index=getattr(a, "graph", None), progress=progress)
+                           graph_index=getattr(a, "graph", None), progress=progress, final_only=a.final_only)
     except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return EXIT_INPUT
@@ -229,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--against-upstream", action="store_true",
                    help="add stage 'upstream': PyTorch's pre-grad passes with the equivalent pre_grad_fusion_options")
     b.add_argument("--alone", action="store_true", help="also time each pass applied alone")
+    b.add_argument("--final-only", action="store_true",
+                   help="time the baseline and the whole pipeline only, not the graph after each pass")
     b.add_argument("--no-reference", action="store_true", help="skip the model's hand-fused reference")
     b.add_argument("--repeats", type=int, default=20, help="timed rounds after warm-up (default: 20)")
     b.add_argument("--warmup", type=int, default=3, help="warm-up calls per variant (default: 3)")

@@ -105,3 +105,16 @@ def build_recsys_towers32():
         model = Towers().eval()
         x = torch.randn(TOWERS32_BATCH, TOWERS32_TOWERS * TOWERS32_WIDTH)
     return model, (x,)
+
+
+INDUSTRIAL_BATCH, INDUSTRIAL_TOWERS, INDUSTRIAL_WIDTH = 2048, 128, 256
+
+
+def industrial_towers():
+    """:class:`Towers` at industrial scale, for GPUs (not registered as a sample: about 67 MB
+    of weights and a (2048, 32768) input): 128 towers of width 256, batch 2048. Use it as
+    the model spec ``sample_models.perf:industrial_towers``. Returns ``(model in eval mode, (x,))``."""
+    with seeded():
+        model = Towers(INDUSTRIAL_TOWERS, INDUSTRIAL_WIDTH).eval()
+        x = torch.randn(INDUSTRIAL_BATCH, INDUSTRIAL_TOWERS * INDUSTRIAL_WIDTH)
+    return model, (x,)
