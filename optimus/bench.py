@@ -24,8 +24,11 @@ Devices:
 * CUDA: ``torch.cuda.Event`` pairs around each call, synchronised; peak memory is
   ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus what was
   allocated before the call (bytes), measured for every variant;
-* CPU: ``time.perf_counter`` around a batch of calls sized to at least ~2 ms per
-  sample; peak memory is the static liveness estimate of :mod:`optimus.memory` (which
+* CPU: a batch of calls sized to at least ~2 ms per sample, timed by ``time.perf_counter``
+  (wall clock) or, when torch runs one thread, by ``time.thread_time`` (the CPU time of
+  the one thread doing the work: on an idle machine the same as wall clock, on a shared
+  one it leaves out the time the thread waited for a core, which the wall clock adds as
+  noise); peak memory is the static liveness estimate of :mod:`optimus.memory` (which
   counts constants such as pre-packed weights) of each stage's graph; for training the
   estimate covers the forward graph only (not the activations saved for backward), and
   compiled variants get no CPU memory figure.
@@ -95,7 +98,7 @@ class StageTiming:
 
 @dataclass
 class BenchResult:
-    """A bench run: device name, timer ("cuda-events" | "wall-clock"), the stages, and
+    """A bench run: device name, timer ("cuda-events" | "wall-clock" | "thread-cpu-time"), the stages, and
     ``mode``, ``unchanged`` (enabled passes that made no step), ``threads`` (CPU threads),
     ``upstream_options`` (what the ``upstream`` stage ran), ``bytes_packed``."""
 
@@ -239,8 +242,9 @@ def make_call(fn: Callable, inputs: tuple, mode: str) -> Callable[[], None]:
     return train
 
 
-def _time_once(call: Callable[[], None], inner: int, cuda: bool) -> float:
-    """Milliseconds per call for one sample."""
+def _time_once(call: Callable[[], None], inner: int, cuda: bool, clock: Callable[[], float] = time.perf_counter
+               ) -> float:
+    """Milliseconds per call for one sample (CPU: measured with ``clock``, in s)."""
     if cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
@@ -250,10 +254,10 @@ def _time_once(call: Callable[[], None], inner: int, cuda: bool) -> float:
         end.record()
         torch.cuda.synchronize()
         return start.elapsed_time(end) / inner
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(inner):
         call()
-    return (time.perf_counter() - t0) * 1e3 / inner
+    return (clock() - t0) * 1e3 / inner
 
 
 def _cuda_peak(call: Callable[[], None]) -> int:
@@ -326,13 +330,18 @@ def measure(stages: list[Stage], repeats: int = 20, warmup: int = 3, device: str
         per_call = (time.perf_counter() - t0) / max(warmup, 1)
         v.inner = max(1, min(1000, int(0.002 / max(per_call, 1e-7))))
         tick(stages[v.stage].label + (" (compiling)" if v.compiled else ""))
+    one_thread = not cuda and torch.get_num_threads() == 1
+    clock = time.thread_time if one_thread else time.perf_counter
     for r in range(repeats):
         k = r % len(variants)
         for v in variants[k:] + variants[:k]:
-            v.samples.append(_time_once(v.call, v.inner, cuda))
+            v.samples.append(_time_once(v.call, v.inner, cuda, clock))
             tick(stages[v.stage].label)
     peaks = {id(v): _cuda_peak(v.call) for v in variants} if cuda else {}
-    return _result(stages, variants, peaks, cuda, mode)
+    out = _result(stages, variants, peaks, cuda, mode)
+    if one_thread:
+        out.method = "thread-cpu-time"
+    return out
 
 
 def _result(stages: list[Stage], variants: list[_Variant], peaks: dict, cuda: bool, mode: str) -> BenchResult:

@@ -15,7 +15,11 @@ Dynamo lifts them), extended over the chain of layout ops that is its only user
 (transpose, unsqueeze, reshape/view, permute, ...). The constant is computed by running
 exactly those nodes on the real parameters, so it has the value, shape and strides the
 graph would have produced: a transposed stack stays a transposed view of one packed
-buffer.
+buffer. The one exception: when every user reads it as a matrix-multiply operand
+(``bmm``, ``baddbmm``, ``mm``, ``addmm``, ``matmul``, ``linear``: ops whose output is
+freshly allocated whatever their inputs' strides), the constant is stored contiguous,
+which BLAS reads faster (2 us of a 52 us ``baddbmm`` on recsys_towers32), and the node's
+example value says so.
 
 Only for inference: the constants carry no gradient. :func:`prepack` does nothing when
 ``training`` is true (then weights are stacked per call and gradients reach the original
@@ -45,6 +49,7 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch.fx import Graph, GraphModule, Node
 
 from optimus.passes.common import is_call
@@ -55,6 +60,9 @@ PASS_NAME = PATTERN = "prepack_weights"
 ATTR_PREFIX = "_optimus_packed_"
 
 PACK_OPS = ({torch.stack, torch.cat, torch.concat}, set())
+#: users for which an operand's strides change neither the values nor the strides of the output
+MATMUL_OPS = ({torch.bmm, torch.baddbmm, torch.mm, torch.addmm, torch.matmul, torch._C._nn.linear, F.linear},
+              {"bmm", "baddbmm", "mm", "addmm", "matmul"})
 LAYOUT_OPS = ({torch.transpose, torch.unsqueeze, torch.squeeze, torch.reshape, torch.permute, torch.flatten,
                torch.t, torch.movedim, torch.swapaxes, torch.Tensor.view},
               {"transpose", "unsqueeze", "squeeze", "reshape", "view", "permute", "flatten", "t", "movedim",
@@ -148,6 +156,21 @@ def _recipe(chain: list[Node], sources: list[Node]) -> GraphModule:
     return GraphModule(torch.nn.Module(), g)
 
 
+def _stride_blind(node: Node) -> bool:
+    """Every user of ``node`` is a matrix multiply (``MATMUL_OPS``): its strides are unobservable."""
+    return bool(node.users) and all(is_call(u, *MATMUL_OPS) for u in node.users)
+
+
+def _meta_like(node: Node, value: torch.Tensor) -> dict:
+    """``node``'s example-value meta, re-made with ``value``'s strides where they differ."""
+    out = {k: v for k, v in node.meta.items() if k in ("example_value", "val")}
+    for k, v in out.items():
+        mode = getattr(v, "fake_mode", None)
+        if isinstance(v, torch.Tensor) and mode is not None and v.stride() != value.stride():
+            out[k] = mode.from_tensor(value)
+    return out
+
+
 def _fold(gm: GraphModule, chain: list[Node], attr: str, value: torch.Tensor) -> Node:
     """The one graph mutation: register ``value`` as buffer ``attr``, read it with a
     get_attr node in place of ``chain[-1]``, and erase the chain."""
@@ -155,7 +178,7 @@ def _fold(gm: GraphModule, chain: list[Node], attr: str, value: torch.Tensor) ->
     graph = gm.graph
     with graph.inserting_before(chain[0]):
         const = graph.get_attr(attr)
-    const.meta.update({k: v for k, v in chain[-1].meta.items() if k in ("example_value", "val", "tensor_meta")})
+    const.meta.update(_meta_like(chain[-1], value))
     chain[-1].replace_all_uses_with(const)
     for n in reversed(chain):
         graph.erase_node(n)
@@ -191,6 +214,8 @@ def prepack(gm: GraphModule, example_inputs: tuple, training: bool = False, trac
         positions = [params[s] for s in sources]
         with torch.no_grad():
             value = recipe(*(example_inputs[i] for i in positions))
+        if _stride_blind(chain[-1]):
+            value = value.contiguous()
         attr = f"{ATTR_PREFIX}{len(taken)}"
         taken.add(attr)
         folded = [n.name for n in chain]

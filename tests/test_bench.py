@@ -25,7 +25,7 @@ def test_rounds_interleave_every_variant_with_a_rotating_start(monkeypatch):
         return lambda: calls.append(label)
     made: list[str] = []
     monkeypatch.setattr(bench, "make_call", fake_call)
-    monkeypatch.setattr(bench, "_time_once", lambda call, inner, cuda: (call(), 1.0)[1])
+    monkeypatch.setattr(bench, "_time_once", lambda call, inner, cuda, clock: (call(), 1.0)[1])
     x = (torch.ones(4),)
     r = measure([Stage("baseline", _gm(1.0), x, "baseline"), Stage("a", _gm(2.0), x), Stage("b", _gm(3.0), x)],
                 repeats=3, warmup=0)
@@ -71,6 +71,7 @@ def test_inference_bench_times_changed_passes_prepack_upstream_and_reference(tow
     assert all(s.steps > 0 for s in r.stages if s.kind == "pass")
     assert "batch_tanh" in r.unchanged and "batch_tanh" not in names
     assert r.mode == "inference" and r.threads == 1 and r.bytes_packed == 1_081_344
+    assert r.method == "thread-cpu-time"  # one thread: its CPU time, not the wall clock
     assert r.upstream_options["batch_linear"] == {"min_fuse_set_size": 5, "max_fuse_search_depth": 5}
     assert r.ours.stage == "prepack_weights"
     assert set(r.ratios()) == {"ours_vs_upstream", "ours_vs_reference"}

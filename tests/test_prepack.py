@@ -110,3 +110,15 @@ def test_inference_is_eval_mode_no_grad_or_the_explicit_mode():
     assert is_inference(m.train(), mode="inference") and not is_inference(m.eval(), mode="training")
     with pytest.raises(ValueError, match="mode must be"):
         is_inference(m, mode="eval")
+
+
+def test_matmul_operands_are_packed_contiguous_and_every_constant_meta_matches_its_strides(towers):
+    base, gm, ins, r = _fresh(towers)
+    prepack(gm, ins, guard=None)
+    consts = [n for n in gm.graph.nodes if n.op == "get_attr"]
+    for n in consts:
+        buf = getattr(gm, n.target)
+        assert n.meta["example_value"].stride() == buf.stride() and tuple(n.meta["example_value"].shape) == buf.shape
+    weights = [getattr(gm, n.target) for n in consts if any(u.target is torch.baddbmm and u.args[2] is n
+                                                            for u in n.users)]
+    assert len(weights) == 2 and all(w.is_contiguous() and w.shape == (32, 64, 64) for w in weights)

@@ -64,7 +64,8 @@ def _peak_note(bench) -> str:
 def method_text(bench) -> str:
     """One line naming how ``bench`` was measured: device, threads, mode, timer, and where
     its memory figures come from."""
-    timer = "CUDA events" if bench.method == "cuda-events" else "wall clock"
+    timer = {"cuda-events": "CUDA events", "thread-cpu-time": "the thread's CPU time (one thread)"}.get(
+        bench.method, "wall clock")
     threads = f" ({bench.threads} thread{'s' if bench.threads != 1 else ''})" if getattr(bench, "threads", None) else ""
     mode = getattr(bench, "mode", "inference")
     return f"{bench.device}{threads}, {mode}, timed with {timer}; peak memory {_peak_note(bench)}"
