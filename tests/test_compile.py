@@ -11,10 +11,17 @@ from optimus.compile import OptimusPreGradPass
 
 @pytest.fixture(autouse=True)
 def no_inductor_cache():
-    # a cache hit skips pre-grad passes (correctly: the uuid is part of the key), so no trace would be recorded
+    # a cache hit skips pre-grad passes (correctly: the uuid is part of the key), so no trace would be recorded;
+    # compiling bumps torch's global counters, which other tests read: put them back
+    from torch._dynamo.utils import counters
+
+    saved = {k: dict(v) for k, v in counters.items()}
     with torch._inductor.config.patch(force_disable_caches=True):
         yield
     torch._dynamo.reset()
+    counters.clear()
+    for k, v in saved.items():
+        counters[k].update(v)
 
 
 def test_compiled_outputs_equal_eager_and_our_passes_ran():

@@ -42,11 +42,19 @@ def test_optimus_compile_on_cuda_equals_eager_and_records_steps():
     import optimus
     import sample_models
 
+    from torch._dynamo.utils import counters
+
     model, inputs = sample_models.get("recsys_towers32")
     model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
-    with torch._inductor.config.patch(force_disable_caches=True):
-        compiled = optimus.compile(model)
-        with torch.no_grad():
-            torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-4)
+    saved = {k: dict(v) for k, v in counters.items()}  # compiling bumps torch's global counters: put them back
+    try:
+        with torch._inductor.config.patch(force_disable_caches=True):
+            compiled = optimus.compile(model)
+            with torch.no_grad():
+                torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-4)
+    finally:
+        torch._dynamo.reset()
+        counters.clear()
+        for k, v in saved.items():
+            counters[k].update(v)
     assert any(s.pattern == "batch_linear" for s in compiled.optimus_traces[0].steps)
-    torch._dynamo.reset()
