@@ -12,7 +12,8 @@ JSON layout (``format_version`` 1)::
      "capture": {...}, "initial_graph": {"nodes": [NodeRecord...]},
      "steps": [{"index", "pass", "pattern", "sites", "created", "erased", "replaced",
                 "delta": {"upsert": [NodeRecord...], "remove": [name...]},
-                "match_s", "rewrite_s", "nodes_after", "verify": {...} | null}]}
+                "match_s", "rewrite_s", "nodes_after", "verify": {...} | null,
+                "info": {...} (optional: pattern-specific figures, e.g. bytes_packed)}]}
 
 A NodeRecord is written as ``{"name", "op", "target", "args", "kwargs", "inputs",
 "shape", "dtype", "module", "module_type", "source"}`` less the fields at their default
@@ -258,14 +259,16 @@ class Step:
     info: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        extra = {"info": self.info} if self.info else {}
-        return {**extra, 
+        out = {
             "index": self.index, "pass": self.pass_name, "pattern": self.pattern,
             "sites": self.sites, "created": self.created, "erased": self.erased,
             "replaced": self.replaced, "delta": self.delta.to_json(),
             "match_s": self.match_s, "rewrite_s": self.rewrite_s, "nodes_after": self.nodes_after,
             "verify": asdict(self.verify) if self.verify is not None else None,
         }
+        if self.info:
+            out["info"] = self.info
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> "Step":

@@ -18,6 +18,8 @@
 #   GPU_CHECK_REPEATS  timed rounds per bench (default: 50)
 #   GPU_CHECK_COMPILE  1 (default) to time under torch.compile too, 0 not
 #   GPU_CHECK_TESTS    1 (default) to run the CUDA tests, 0 not
+#   GPU_CHECK_TIMEOUT  seconds allowed to the tests and to each bench (default: 900); one that
+#                      runs over is stopped, counted as failed, and the others still run
 set -u -o pipefail
 
 if [ $# -ne 1 ]; then
@@ -33,6 +35,7 @@ MODES=${GPU_CHECK_MODES:-"inference training"}
 REPEATS=${GPU_CHECK_REPEATS:-50}
 COMPILE=${GPU_CHECK_COMPILE:-1}
 TESTS=${GPU_CHECK_TESTS:-1}
+LIMIT=${GPU_CHECK_TIMEOUT:-900}
 
 mkdir -p "$OUT" || exit 2
 OUT=$(cd "$OUT" && pwd)
@@ -57,7 +60,7 @@ echo "environment: $(tr -d '\n' < "$OUT/env.json")"
 status=0
 if [ "$TESTS" = 1 ]; then
     echo "== CUDA tests"
-    if ! "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_compile.py tests/test_prepack.py \
+    if ! timeout "$LIMIT" "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_compile.py tests/test_prepack.py \
             > "$OUT/tests.txt" 2>&1; then
         status=1
     fi
@@ -70,7 +73,7 @@ for model in $MODELS; do
     name=${model##*:}
     for mode in $MODES; do
         echo "== bench $model $mode"
-        if "$PY" -m optimus bench "$model" --mode "$mode" "${extra[@]}" \
+        if timeout "$LIMIT" "$PY" -m optimus bench "$model" --mode "$mode" "${extra[@]}" \
                 --json "$OUT/bench_${name}_${mode}.json" > "$OUT/bench_${name}_${mode}.txt" 2>&1; then
             cat "$OUT/bench_${name}_${mode}.txt"
         else
