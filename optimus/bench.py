@@ -53,7 +53,8 @@ NOISY_SPREAD = 2.0  # p90 / p10 above this marks a stage's timing as noise-domin
 class StageTiming:
     """One stage: latency in ms (median, p10, p90 over ``repeats`` samples), speedup over
     the baseline (baseline median / this median), peak memory in bytes and where that
-    figure comes from ("cuda" measured, "estimate" from liveness, "" none), and with
+    figure comes from ("cuda" measured; "estimate" from liveness; "estimate-forward", in
+    training, the forward graph's liveness without what autograd saves), and with
     ``compile`` the same figures under ``torch.compile`` (Inductor) plus compile time (s);
     ``compiled_speedup`` is the compiled baseline's median over this stage's compiled
     median. ``steps``: steps the stage's pass made; ``kind``: "baseline", "pass",
@@ -181,8 +182,9 @@ class BenchResult:
         if warn:
             rows.append(warn)
         threads = f", {self.threads} thread(s)" if self.threads else ""
-        rows.append(f"device {self.device}{threads}, {self.mode}, {self.method}; peak memory "
-                    f"{'measured' if self.method == 'cuda-events' else 'estimated from tensor liveness'}")
+        peak = "measured" if self.method == "cuda-events" else "estimated from tensor liveness" + (
+            " of the forward graph" if self.mode == "training" else "")
+        rows.append(f"device {self.device}{threads}, {self.mode}, {self.method}; peak memory {peak}")
         return "\n".join(rows)
 
 
@@ -358,7 +360,8 @@ def _result(stages: list[Stage], variants: list[_Variant], peaks: dict, cuda: bo
         if cuda:
             peak, src = peaks[id(eager[i])], "cuda"
         else:
-            peak, src = memory.peak_bytes(st.gm.graph)["peak_bytes"], "estimate"
+            peak = memory.peak_bytes(st.gm.graph)["peak_bytes"]
+            src = "estimate" if mode == "inference" else "estimate-forward"
         t = StageTiming(st.label, len(st.gm.graph.nodes), med, _pct(s, 0.1), _pct(s, 0.9), len(s), base / med,
                         peak, src, steps=st.steps, kind=st.kind)
         if i in comp:
@@ -369,14 +372,6 @@ def _result(stages: list[Stage], variants: list[_Variant], peaks: dict, cuda: bo
             t.compiled_peak_bytes = peaks.get(id(comp[i]))
         out.stages.append(t)
     return out
-
-
-def measure_stages(stages: list[tuple[str, GraphModule]], inputs: tuple, repeats: int = 20, warmup: int = 3,
-                   device: str | None = None, compile: bool = False,
-                   progress: Callable[[int, int, str], None] | None = None) -> BenchResult:
-    """:func:`measure` for ``(label, GraphModule)`` stages that share ``inputs`` (inference)."""
-    return measure([Stage(label, gm, inputs, "baseline" if i == 0 else "pass") for i, (label, gm) in
-                    enumerate(stages)], repeats, warmup, device, compile, "inference", progress)
 
 
 # ------------------------------------------------------------------------ stages

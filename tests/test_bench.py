@@ -93,6 +93,7 @@ def test_training_bench_keeps_weights_per_call_and_trains_the_reference():
     r = bench_pipeline("sample:recsys_towers32", repeats=2, warmup=1, mode="training", passes=["batch_linear"])
     assert [s.stage for s in r.stages] == ["baseline", "batch_linear", "reference"]
     assert r.mode == "training" and r.bytes_packed == 0
+    assert {s.peak_source for s in r.stages} == {"estimate-forward"} and "of the forward graph" in r.table()
 
 
 def test_compiled_variants_get_latency_speedup_and_compile_time():

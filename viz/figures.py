@@ -58,6 +58,8 @@ COMPILED_COLOUR = "#ef6c00"
 def _peak_note(bench) -> str:
     if all(s.peak_source == "cuda" for s in bench.stages):
         return "measured (torch.cuda.max_memory_allocated)"
+    if any(s.peak_source == "estimate-forward" for s in bench.stages):
+        return "estimate from tensor liveness of the forward graph (CPU; activations saved for backward not counted)"
     return "estimate from tensor liveness (CPU)"
 
 
