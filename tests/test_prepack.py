@@ -122,3 +122,18 @@ def test_matmul_operands_are_packed_contiguous_and_every_constant_meta_matches_i
     weights = [getattr(gm, n.target) for n in consts if any(u.target is torch.baddbmm and u.args[2] is n
                                                             for u in n.users)]
     assert len(weights) == 2 and all(w.is_contiguous() and w.shape == (32, 64, 64) for w in weights)
+
+
+@pytest.mark.parametrize("spec,constants", [("sample:teach_batch_linear_lhs", 2), ("sample:bert", 4),
+                                            ("sample:teach_batch_layernorm_variants", 4),
+                                            ("sample:teach_batch_conv1d", 2), ("sample:teach_batch_matmul", 1)])
+def test_prepack_covers_cat_stack_and_every_linear_form_with_equal_outputs(spec, constants):
+    r = optimize(spec, verify="off")
+    gm, ins = r.engine.gm, r.captured.example_inputs
+    with torch.no_grad():
+        before = gm(*ins)
+        assert len(prepack(gm, ins, guard=None).constants) == constants
+        after = gm(*ins)
+    before, after = (torch.utils._pytree.tree_leaves(x) for x in (before, after))
+    for a, b in zip(before, after):
+        torch.testing.assert_close(b, a)
