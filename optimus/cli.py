@@ -1,14 +1,17 @@
 """The ``optimus`` command.
 
-    optimus run MODEL [--passes a,b] [--verify step|end|off] [--grads] [--trace out.json]
+    optimus run MODEL [--passes a,b] [--skip c,d] [--verify step|end|off] [--grads] [--trace out.json]
+    optimus samples
     optimus passes
     optimus bench MODEL [--passes a,b] [--repeats N] [--compile] [--json out.json]
     optimus show TRACE.json
     optimus why MODEL NODE
     optimus app [--port N]
 
-MODEL is ``sample:NAME`` (``optimus run sample:recsys_towers``) or
-``package.module:factory`` (a callable returning ``(model, example_inputs)``).
+MODEL is ``sample:NAME`` (``optimus run sample:recsys_towers``; ``optimus samples`` lists
+them), ``package.module:factory`` or ``path/to/file.py:factory`` (a callable returning
+``(model, example_inputs)``, resolved from the current directory), or a ``.pt2`` file
+saved by ``torch.export.save``.
 Exit status: 0 ok; 1 a step failed verification; 2 bad input (unknown model or pass,
 untraceable model, unreadable trace); 3 a pattern raised.
 """
@@ -57,7 +60,7 @@ def cmd_run(a) -> int:
     from optimus.run import ModelSpecError, optimize
 
     try:
-        res = optimize(a.model, passes=_passes_arg(a.passes), verify=a.verify, grads=a.grads,
+        res = optimize(a.model, passes=_passes_arg(a.passes), skip=_passes_arg(a.skip), verify=a.verify, grads=a.grads,
                        capture_method=a.capture, graph_index=a.graph,
                        on_capture=lambda c: print(c.summary(), file=sys.stderr))
     except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
@@ -80,6 +83,26 @@ def cmd_run(a) -> int:
         which = ", ".join(str(s.index) for s in failed if s is not None) or "the final graph"
         print(f"optimus: verification failed at step(s) {which}", file=sys.stderr)
         return EXIT_VERIFY
+    return 0
+
+
+MODEL_HELP = ("sample:NAME (`optimus samples`), package.module:factory or path/to/file.py:factory "
+              "(resolved from the current directory; the factory returns (model, example_inputs)), "
+              "or path/to/model.pt2 (saved by torch.export.save)")
+
+
+def samples_text() -> str:
+    """The sample models as an indented list: name, kind, description."""
+    from optimus.run import sample_list
+
+    rows = sample_list()
+    w = max(len(n) for n, _, _ in rows)
+    return "sample models (MODEL sample:NAME):\n" + "\n".join(
+        f"  {n:{w}s}  {k:9s}  {d}" for n, k, d in rows)
+
+
+def cmd_samples(a) -> int:
+    print(samples_text())
     return 0
 
 
@@ -180,10 +203,12 @@ def cmd_app(a) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="optimus", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="capture a model and run the Optimus pipeline, one recorded step per match")
-    r.add_argument("model", help="sample:NAME or package.module:factory")
+    r = sub.add_parser("run", help="capture a model and run the Optimus pipeline, one recorded step per match",
+                       epilog=samples_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("model", help=MODEL_HELP)
     r.add_argument("--passes", help="comma-separated pass names to enable (`optimus passes` lists them; "
                    "default: all)")
+    r.add_argument("--skip", help="comma-separated pass names to switch off (applied after --passes)")
     r.add_argument("--verify", choices=["step", "end", "off"], default="end",
                    help="compare outputs with the original model after every step, once at the end "
                    "(default), or never")
@@ -192,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
     r.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
     r.set_defaults(fn=cmd_run)
+    m = sub.add_parser("samples", help="list the sample models (MODEL sample:NAME)")
+    m.set_defaults(fn=cmd_samples)
     p = sub.add_parser("passes", help="list the patterns with description, preconditions and source")
     p.set_defaults(fn=cmd_passes)
     b = sub.add_parser("bench", help="time the graph after each pass (CUDA events on GPU, wall clock on CPU)")
