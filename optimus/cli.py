@@ -5,6 +5,7 @@
     optimus passes
     optimus bench MODEL [--passes a,b] [--repeats N] [--compile] [--json out.json]
     optimus show TRACE.json
+    optimus repro TRACE.json [--step N] [-o repro.py]
     optimus why MODEL NODE
     optimus app [--port N]
 
@@ -188,6 +189,51 @@ def cmd_why(a) -> int:
     return 0
 
 
+def _load_trace(path: str):
+    from optimus.trace import Trace, TraceFormatError
+
+    try:
+        return Trace.load(path)
+    except (OSError, TraceFormatError) as e:
+        print(f"optimus: cannot read {path}: {e}", file=sys.stderr)
+        return None
+
+
+def _step_index(t, step: int | None) -> int | None:
+    """``step`` checked against the trace (default: the first failing step, else the
+    last); None (after a message) when there is no such step."""
+    if step is None:
+        failed = t.failed_steps()
+        step = failed[0].index if failed else len(t.steps)
+    if not 1 <= step <= len(t.steps):
+        print(f"optimus: there is no step {step}; the trace has {len(t.steps)}", file=sys.stderr)
+        return None
+    return step
+
+
+def cmd_repro(a) -> int:
+    from optimus.rebuild import RebuildError
+    from optimus.repro import ReproError, repro_script
+
+    t = _load_trace(a.trace)
+    index = None if t is None else _step_index(t, a.step)
+    if index is None:
+        return EXIT_INPUT
+    try:
+        text = repro_script(t, index)
+    except (ReproError, RebuildError) as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    if a.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        Path(a.output).write_text(text)
+        s = t.step(index)
+        print(f"repro of step {index} ({s.pass_name} / {s.pattern}) written to {a.output}; "
+              f"run it with: python {a.output}")
+    return 0
+
+
 def cmd_app(a) -> int:
     app = Path(__file__).resolve().parent.parent / "app" / "main.py"
     env = dict(os.environ)
@@ -236,6 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("node", help="FX node name, e.g. linear_3")
     y.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
     y.set_defaults(fn=cmd_why)
+    rp = sub.add_parser("repro", help="write a standalone script that replays one step of a trace and "
+                        "checks it (no model code needed)")
+    rp.add_argument("trace", help="trace JSON written by run --trace or observe --trace")
+    rp.add_argument("--step", type=int, help="step index (default: the first failing step, else the last)")
+    rp.add_argument("-o", "--output", help="write the script here (default: stdout)")
+    rp.set_defaults(fn=cmd_repro)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)
     w.add_argument("--model", help="sample model selected first, e.g. sample:bert (default sample:recsys_towers)")
