@@ -6,6 +6,7 @@
     optimus bench MODEL [--passes a,b] [--repeats N] [--compile] [--json out.json]
     optimus show TRACE.json
     optimus repro TRACE.json [--step N] [-o repro.py]
+    optimus diff TRACE.json [--step N]
     optimus why MODEL NODE
     optimus app [--port N]
 
@@ -234,6 +235,25 @@ def cmd_repro(a) -> int:
     return 0
 
 
+def cmd_diff(a) -> int:
+    from optimus.codediff import code_diff, diff_text
+    from optimus.rebuild import RebuildError
+
+    t = _load_trace(a.trace)
+    index = None if t is None else _step_index(t, a.step)
+    if index is None:
+        return EXIT_INPUT
+    try:
+        lines = code_diff(t, index, context=a.context)
+    except RebuildError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    s = t.step(index)
+    color = a.color == "always" or (a.color == "auto" and sys.stdout.isatty())
+    sys.stdout.write(diff_text(lines, f"step {index} ({s.pass_name} / {s.pattern})", color=color))
+    return 0
+
+
 def cmd_app(a) -> int:
     app = Path(__file__).resolve().parent.parent / "app" / "main.py"
     env = dict(os.environ)
@@ -288,6 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--step", type=int, help="step index (default: the first failing step, else the last)")
     rp.add_argument("-o", "--output", help="write the script here (default: stdout)")
     rp.set_defaults(fn=cmd_repro)
+    df = sub.add_parser("diff", help="the GraphModule code before vs after one step, as a unified diff "
+                        "(> marks the lines of the step's sites and created nodes)")
+    df.add_argument("trace")
+    df.add_argument("--step", type=int, help="step index (default: the first failing step, else the last)")
+    df.add_argument("--context", type=int, default=3, help="unchanged lines around each change (default: 3)")
+    df.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    df.set_defaults(fn=cmd_diff)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)
     w.add_argument("--model", help="sample model selected first, e.g. sample:bert (default sample:recsys_towers)")
