@@ -7,6 +7,7 @@
     optimus show TRACE.json
     optimus repro TRACE.json [--step N] [-o repro.py]
     optimus diff TRACE.json [--step N]
+    optimus bisect MODEL [--verify off|step] [--trace out.json]
     optimus why MODEL NODE
     optimus app [--port N]
 
@@ -254,6 +255,47 @@ def cmd_diff(a) -> int:
     return 0
 
 
+def cmd_bisect(a) -> int:
+    from optimus.bisect import bisect_trace, first_failing
+    from optimus.capture import CaptureError
+    from optimus.engine import PatternError
+    from optimus.rebuild import RebuildError
+    from optimus.run import ModelSpecError, optimize
+
+    try:
+        res = optimize(a.model, passes=_passes_arg(a.passes), skip=_passes_arg(a.skip), verify=a.verify,
+                       grads=a.grads, capture_method=a.capture, graph_index=a.graph)
+    except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
+        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return EXIT_INPUT
+    except PatternError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_PATTERN
+    t = res.trace
+    if a.trace:
+        t.save(a.trace)
+    try:
+        b = first_failing(t) if a.verify == "step" else bisect_trace(t, res.captured.example_inputs, a.grads)
+    except RebuildError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    if b.direct:
+        print(f"{len(t.steps)} steps, each verified as it was applied")
+    else:
+        print(f"{b.steps} steps; checked {len(b.probes)} replayed graph(s) against the original (at most {b.max_probes}):")
+        for k, v in b.probes:
+            print(f"  after step {k:4d}: {_fmt_verify(v)} {v.message.splitlines()[0] if v.message else ''}".rstrip())
+    if b.first_bad is None:
+        print(b.message)
+        return 0
+    s = t.step(b.first_bad)
+    print(f"first failing step: {s.index} ({s.pass_name} / {s.pattern}) at {', '.join(s.sites[:8])}"
+          + (" ..." if len(s.sites) > 8 else ""))
+    if a.trace:
+        print(f"next: optimus diff {a.trace} --step {s.index}; optimus repro {a.trace} --step {s.index} -o repro.py")
+    return EXIT_VERIFY
+
+
 def cmd_app(a) -> int:
     app = Path(__file__).resolve().parent.parent / "app" / "main.py"
     env = dict(os.environ)
@@ -315,6 +357,19 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("--context", type=int, default=3, help="unchanged lines around each change (default: 3)")
     df.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     df.set_defaults(fn=cmd_diff)
+    bi = sub.add_parser("bisect", help="find the first step whose graph no longer matches the original "
+                        "(binary search over the replayed steps)")
+    bi.add_argument("model", help=MODEL_HELP)
+    bi.add_argument("--passes", help="comma-separated pass names to enable (default: all)")
+    bi.add_argument("--skip", help="comma-separated pass names to switch off")
+    bi.add_argument("--verify", choices=["off", "step"], default="off",
+                    help="off (default): run unverified, then check O(log steps) replayed graphs; "
+                    "step: verify every step while running and report the first failure")
+    bi.add_argument("--grads", action="store_true", help="also compare gradients")
+    bi.add_argument("--trace", help="write the trace JSON here (for diff and repro)")
+    bi.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
+    bi.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    bi.set_defaults(fn=cmd_bisect)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)
     w.add_argument("--model", help="sample model selected first, e.g. sample:bert (default sample:recsys_towers)")
