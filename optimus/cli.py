@@ -8,6 +8,8 @@
     optimus repro TRACE.json [--step N] [-o repro.py]
     optimus diff TRACE.json [--step N]
     optimus bisect MODEL [--verify off|step] [--trace out.json]
+    optimus observe MODEL [--options JSON] [--verify step|off] [--trace out.json]
+    optimus compare MODEL [--options JSON]
     optimus why MODEL NODE
     optimus app [--port N]
 
@@ -296,6 +298,72 @@ def cmd_bisect(a) -> int:
     return EXIT_VERIFY
 
 
+def _options_arg(text: str | None) -> dict | None:
+    """``--options`` JSON text -> dict (None: upstream's equivalent of our pipeline).
+    Raises ValueError for text that is not a JSON object."""
+    if text is None:
+        return None
+    try:
+        opts = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--options is not JSON: {e}") from e
+    if not isinstance(opts, dict):
+        raise ValueError(f"--options must be a JSON object {{pass name: options}}, not {type(opts).__name__}")
+    return opts
+
+
+def _bad_input():
+    from optimus.capture import CaptureError
+    from optimus.run import ModelSpecError
+
+    return (ModelSpecError, CaptureError, KeyError, TypeError, ValueError)
+
+
+def cmd_observe(a) -> int:
+    from optimus.run import observe
+
+    try:
+        res = observe(a.model, options=_options_arg(a.options), verify=a.verify == "step",
+                      capture_method=a.capture, graph_index=a.graph)
+    except _bad_input() as e:
+        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return EXIT_INPUT
+    t = res.trace
+    print(f"PyTorch Inductor pre-grad passes (torch {t.capture.get('torch')}), pre_grad_fusion_options: "
+          f"{', '.join(res.options) or 'none'}")
+    print(steps_table(t))
+    print(f"\nnodes: {t.nodes_before} -> {t.nodes_after} in {len(t.steps)} upstream steps")
+    if t.final_verify is not None and t.final_verify.ok is not None:
+        print(f"verify: {_fmt_verify(t.final_verify)} {t.final_verify.message.splitlines()[0] if t.final_verify.message else ''}".rstrip())
+    for s in t.failed_steps():
+        msg = s.verify.message.splitlines()[0] if s.verify.message else ""
+        print(f"UPSTREAM DEFECT: step {s.index} ({s.pass_name} / {s.pattern}) fails verification: {msg}")
+    if a.trace:
+        n = t.save(a.trace)
+        print(f"trace written to {a.trace} ({n:,} bytes)")
+    return EXIT_VERIFY if t.failed_steps() or (t.final_verify and t.final_verify.ok is False) else 0
+
+
+def cmd_compare(a) -> int:
+    from optimus.compare import compare_model, comparison_text
+    from optimus.engine import PatternError
+
+    try:
+        c = compare_model(a.model, _options_arg(a.options), capture_method=a.capture, graph_index=a.graph)
+    except _bad_input() as e:
+        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return EXIT_INPUT
+    except PatternError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_PATTERN
+    print(comparison_text(c))
+    if a.trace:
+        c.ours.save(f"{a.trace}.ours.json")
+        c.upstream.save(f"{a.trace}.upstream.json")
+        print(f"traces written to {a.trace}.ours.json and {a.trace}.upstream.json")
+    return EXIT_VERIFY if c.upstream_defects or c.ours_failed else 0
+
+
 def cmd_app(a) -> int:
     app = Path(__file__).resolve().parent.parent / "app" / "main.py"
     env = dict(os.environ)
@@ -370,6 +438,25 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
     bi.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
     bi.set_defaults(fn=cmd_bisect)
+    ob = sub.add_parser("observe", help="record PyTorch Inductor's own pre-grad passes step by step, "
+                        "each step verified")
+    ob.add_argument("model", help=MODEL_HELP)
+    ob.add_argument("--options", help="pre_grad_fusion_options as JSON, e.g. '{\"batch_layernorm\": {}}' "
+                    "(default: upstream's equivalent of our default pipeline)")
+    ob.add_argument("--verify", choices=["step", "off"], default="step",
+                    help="step (default): check every step where upstream leaves the graph sorted, and the result")
+    ob.add_argument("--trace", help="write the trace JSON here (show, diff, repro and the app read it)")
+    ob.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
+    ob.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    ob.set_defaults(fn=cmd_observe)
+    cp = sub.add_parser("compare", help="our passes vs PyTorch Inductor's on the same captured graph")
+    cp.add_argument("model", help=MODEL_HELP)
+    cp.add_argument("--options", help="pre_grad_fusion_options as JSON for both runs (default: our default "
+                    "pipeline vs upstream's equivalent)")
+    cp.add_argument("--trace", help="write both traces: TRACE.ours.json and TRACE.upstream.json")
+    cp.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
+    cp.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    cp.set_defaults(fn=cmd_compare)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)
     w.add_argument("--model", help="sample model selected first, e.g. sample:bert (default sample:recsys_towers)")

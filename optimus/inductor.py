@@ -133,6 +133,27 @@ def check_options(options: dict) -> None:
             raise TypeError(f"options for {k!r} must be a dict, not {type(v).__name__}")
 
 
+#: our passes with no upstream pass of the same name -> upstream's passes doing that work
+OUR_PASS_UPSTREAM = {"split_cat_cleanup": ["unbind_stack_pass", "split_cat_pass"]}
+
+
+def default_options() -> dict:
+    """Upstream's ``pre_grad_fusion_options`` equivalent of our default pipeline
+    (:func:`optimus.passes.default_pipeline`): each of its passes under the same name, and
+    ``split_cat_cleanup`` (identity stack/unbind and split/cat removal) as upstream's
+    ``unbind_stack_pass`` and ``split_cat_pass`` (:data:`OUR_PASS_UPSTREAM`), all with
+    upstream's default options (``{}``), in pipeline order."""
+    from optimus.passes import default_pipeline
+
+    known = set(known_pre_grad_passes())
+    out: dict = {}
+    for name in default_pipeline().names():
+        for up in OUR_PASS_UPSTREAM.get(name, [name]):
+            if up in known:
+                out.setdefault(up, {})
+    return out
+
+
 # --------------------------------------------------------------------------- counters
 
 

@@ -198,18 +198,21 @@ def optimize(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, 
              graph_index: int | None = None, keep_stages: bool = False,
              on_step: Callable[[Step], None] | None = None,
              on_capture: Callable[[Captured], None] | None = None,
-             pipeline: Pipeline | None = None) -> RunResult:
+             pipeline: Pipeline | None = None, captured: Captured | None = None) -> RunResult:
     """Capture a model and run the Optimus pipeline over it, recording every step.
 
     ``passes`` names the enabled passes of the default pipeline (None: all) and ``skip``
     the passes to switch off among those (:func:`select_passes`). ``on_step``
     is called with each Step as it is applied (for progress). Raises ModelSpecError,
     optimus.capture.CaptureError, optimus.engine.PatternError, or KeyError for an
-    unknown pass name.
+    unknown pass name. ``captured`` runs on an existing capture (its ``gm`` is rewritten
+    in place) instead of capturing ``spec_or_model``, which then only names the run.
     """
     from optimus.passes import default_pipeline
 
-    if isinstance(spec_or_model, str):
+    if captured is not None:
+        name = spec_or_model.removeprefix("sample:") if isinstance(spec_or_model, str) else type(spec_or_model).__name__
+    elif isinstance(spec_or_model, str):
         model, inputs, name = load_model(spec_or_model)
     else:
         if inputs is None:
@@ -218,7 +221,8 @@ def optimize(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, 
     pipe = pipeline or default_pipeline()
     if passes is not None or skip:
         pipe = pipe.only(select_passes(pipe.names(), passes, skip))
-    captured = capture(model, tuple(inputs), method=capture_method, graph_index=graph_index)
+    if captured is None:
+        captured = capture(model, tuple(inputs), method=capture_method, graph_index=graph_index)
     if on_capture is not None:
         on_capture(captured)
     engine = Engine(captured.gm, captured.example_inputs, pipe,
@@ -228,3 +232,46 @@ def optimize(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, 
         if on_step is not None:
             on_step(step)
     return RunResult(engine.trace, captured, engine, name)
+
+
+@dataclass
+class ObserveResult:
+    """A recorded run of PyTorch's own pre-grad passes: the Trace (one Step per upstream
+    rewrite), the capture it started from (untouched: upstream ran on a copy), and the
+    ``pre_grad_fusion_options`` used."""
+
+    trace: Trace
+    captured: Captured
+    options: dict
+    spec: str
+
+
+def observe(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, options: dict | None = None,
+            verify: bool = True, capture_method: str = "dynamo", graph_index: int | None = None,
+            captured: Captured | None = None) -> ObserveResult:
+    """Capture a model and record Inductor's pre-grad passes on it step by step
+    (:func:`optimus.inductor.observe_upstream`), each step verified against the original
+    graph where upstream leaves the graph sorted (``verify``).
+
+    ``options`` is upstream's ``pre_grad_fusion_options`` (default:
+    :func:`optimus.inductor.default_options`, the equivalent of our default pipeline).
+    ``captured`` reuses a capture instead of capturing again. Raises ModelSpecError,
+    optimus.capture.CaptureError, KeyError / TypeError for bad options, and whatever
+    upstream's passes raise."""
+    from optimus.inductor import default_options, observe_upstream
+
+    if captured is None:
+        if isinstance(spec_or_model, str):
+            model, inputs, name = load_model(spec_or_model)
+        else:
+            if inputs is None:
+                raise ModelSpecError("a model object needs its example inputs")
+            model, name = spec_or_model, type(spec_or_model).__name__
+        captured = capture(model, tuple(inputs), method=capture_method, graph_index=graph_index)
+    else:
+        name = spec_or_model if isinstance(spec_or_model, str) else type(spec_or_model).__name__
+        name = name.removeprefix("sample:")
+    opts = default_options() if options is None else options
+    trace = observe_upstream(captured.gm, captured.example_inputs, opts, model_name=name, verify=verify)
+    trace.capture.update({k: v for k, v in captured.info().items() if k not in trace.capture})
+    return ObserveResult(trace, captured, opts, name)
