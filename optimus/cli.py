@@ -10,6 +10,7 @@
     optimus bisect MODEL [--verify off|step] [--trace out.json]
     optimus observe MODEL [--options JSON] [--verify step|off] [--trace out.json]
     optimus compare MODEL [--options JSON]
+    optimus inspect TRACE.json NODE [--step N]
     optimus why MODEL NODE
     optimus app [--port N]
 
@@ -364,6 +365,21 @@ def cmd_compare(a) -> int:
     return EXIT_VERIFY if c.upstream_defects or c.ours_failed else 0
 
 
+def cmd_inspect(a) -> int:
+    from optimus.nodeinfo import NodeNotFound, node_info, node_info_text
+
+    t = _load_trace(a.trace)
+    if t is None:
+        return EXIT_INPUT
+    try:
+        info = node_info(t, a.node, a.step)
+    except (NodeNotFound, IndexError) as e:
+        print(f"optimus: {e.args[0]}", file=sys.stderr)
+        return EXIT_INPUT
+    print(node_info_text(info))
+    return 0
+
+
 def cmd_app(a) -> int:
     app = Path(__file__).resolve().parent.parent / "app" / "main.py"
     env = dict(os.environ)
@@ -457,6 +473,13 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
     cp.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
     cp.set_defaults(fn=cmd_compare)
+    ins = sub.add_parser("inspect", help="one node of a trace: op, args, shape, strides, dtype, module, inputs, "
+                         "users, source, and where it came from and went across the steps")
+    ins.add_argument("trace")
+    ins.add_argument("node", help="FX node name, e.g. layer_norm_3")
+    ins.add_argument("--step", type=int, help="the graph after this many steps (default: the last graph "
+                     "holding the node; 0 is the captured graph)")
+    ins.set_defaults(fn=cmd_inspect)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)
     w.add_argument("--model", help="sample model selected first, e.g. sample:bert (default sample:recsys_towers)")
