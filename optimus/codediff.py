@@ -86,14 +86,24 @@ _PREFIX = {"hunk": "", "context": " ", "removed": "-", "added": "+"}
 _COLOR = {"hunk": "\033[36m", "removed": "\033[31m", "added": "\033[32m", "context": ""}
 
 
-def diff_text(lines: list[DiffLine], title: str = "", color: bool = False) -> str:
+SITE_NOTE = {"removed": "  # <- site", "context": "  # <- site", "added": "  # <- created"}
+
+
+def diff_text(lines: list[DiffLine], title: str = "", color: bool = False, gutter: bool = True) -> str:
     """A diff as text: a ``---``/``+++`` header naming ``title``, then one line per
-    DiffLine with a gutter column (``>`` for site / created-node lines) and the unified
-    diff prefix; ANSI colours with ``color``."""
+    DiffLine with the unified diff prefix. Site / created-node lines are marked by a
+    ``>`` gutter column, or with ``gutter=False`` (a plain unified diff, for diff syntax
+    highlighters) by a trailing ``# <- site`` / ``# <- created`` comment. ANSI colours
+    with ``color``."""
     head = [f"--- before {title}".rstrip(), f"+++ after {title}".rstrip()]
     rows = []
     for d in lines:
-        text = f"{'>' if d.site else ' '}{_PREFIX[d.kind]}{d.text}" if d.kind != "hunk" else d.text
+        if d.kind == "hunk":
+            text = d.text
+        elif gutter:
+            text = f"{'>' if d.site else ' '}{_PREFIX[d.kind]}{d.text}"
+        else:
+            text = f"{_PREFIX[d.kind]}{d.text}{SITE_NOTE[d.kind] if d.site else ''}"
         if color and _COLOR[d.kind]:
             text = f"{_COLOR[d.kind]}{text}\033[0m"
         rows.append(text)

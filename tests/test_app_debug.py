@@ -1,0 +1,110 @@
+"""App step tools (app/toggles.py, app/upstream.py, app/debug.py) driven headless with AppTest: pass
+toggles that keep their panel and mark the view stale, the nearest step after a re-run, PyTorch
+Inductor's passes as a source, the code diff and the repro download."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app import toggles
+from optimus.run import optimize
+
+APP = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+TIMEOUT = 180
+
+HELD_IN = textwrap.dedent("""
+    import torch
+
+
+    class SplitLayerNormView(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(16) for _ in range(5))
+
+        def forward(self, x):
+            return torch.cat([n(p).view(-1) for n, p in zip(self.norms, torch.split(x, 16, dim=1))])
+
+
+    def build():
+        torch.manual_seed(0)
+        return SplitLayerNormView().eval(), (torch.randn(4, 80),)
+""")
+
+
+def fresh() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def click_run(at: AppTest) -> AppTest:
+    [b for b in at.button if b.label == "Run"][0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def heading(at: AppTest) -> str:
+    return next(m.value for m in at.markdown if m.value.startswith("#### Step "))
+
+
+def warnings(at: AppTest) -> list[str]:
+    return [w.value for w in at.warning]
+
+
+@pytest.fixture(scope="module")
+def towers():
+    return optimize("sample:recsys_towers", verify="off").trace
+
+
+def test_nearest_step_prefers_the_same_pass_then_the_closest_index(towers):
+    relu = [s.index for s in towers.steps if s.pass_name == "batch_relu"]
+    assert toggles.nearest_step(towers, "batch_relu", relu[-1] + 3) == relu[-1]
+    assert toggles.nearest_step(towers, "batch_relu", 1) == relu[0]
+    assert toggles.nearest_step(towers, "no_such_pass", 99) == len(towers.steps)
+    assert toggles.is_stale(towers, toggles.OURS, toggles.trace_passes(towers)) is False
+    assert toggles.is_stale(towers, toggles.OURS, toggles.trace_passes(towers)[1:]) is True
+    assert toggles.is_stale(towers, toggles.INDUCTOR, toggles.trace_passes(towers)) is True
+
+
+def test_toggling_a_pass_keeps_the_panel_marks_the_view_stale_and_a_rerun_stays_on_the_same_pass():
+    at = click_run(fresh())
+    relu = [s.index for s in at.session_state["trace"].steps if s.pass_name == "batch_relu"]
+    at.session_state["cur_step"] = relu[-1]
+    at.run()
+    labels = [e.label for e in at.expander]
+    assert "Passes" in labels and not any(toggles.STALE in w for w in warnings(at))
+    assert "pass `batch_relu`" in heading(at)
+    at.checkbox(key="pass:batch_linear").uncheck().run()
+    assert [e.label for e in at.expander] == labels                # same label: the panel stays open
+    assert any(toggles.STALE in w for w in warnings(at))
+    assert "pass `batch_relu`" in heading(at)                      # still the old trace until Run
+    click_run(at)
+    assert not any(toggles.STALE in w for w in warnings(at))
+    t = at.session_state["trace"]
+    assert "batch_linear" not in {s.pass_name for s in t.steps}
+    assert "pass `batch_relu`" in heading(at)                      # the nearest step of the same pass
+    assert t.step(at.session_state["cur_step"]).pass_name == "batch_relu"
+
+
+def test_inductor_source_flags_the_upstream_defect_with_code_diff_and_repro(tmp_path):
+    (tmp_path / "held_in.py").write_text(HELD_IN)
+    at = fresh()
+    at.radio(key="source_kind").set_value("Python factory").run()
+    at.text_input(key="factory").input(f"{tmp_path / 'held_in.py'}:build").run()
+    at.radio(key="pass_source").set_value(toggles.INDUCTOR).run()
+    at.multiselect(key="upstream_passes").set_value(["batch_layernorm"]).run()
+    click_run(at)
+    t = at.session_state["trace"]
+    assert t.capture["upstream"] and t.step(1).pattern == "BatchLayernormFusion"
+    assert any("Upstream defect" in e.value and "BatchLayernormFusion" in e.value for e in at.error)
+    assert "BatchLayernormFusion" in heading(at)
+    (diff,) = [c for c in at.code if c.language == "diff"]
+    assert diff.value.startswith("--- before step 1") and "# <- created" in diff.value
+    assert "# <- site" in diff.value
+    repro = at.get("download_button")
+    assert any("Download repro of step 1" in str(b.proto.label) for b in repro)
+    at.radio(key="pass_source").set_value(toggles.OURS).run()
+    assert any(toggles.STALE in w for w in warnings(at))
