@@ -21,6 +21,7 @@ What a record cannot bring back exactly, and how it is read:
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any
 
 import torch
@@ -59,6 +60,7 @@ def resolve_target(name: str) -> Any:
     raise RebuildError(f"cannot resolve target {name!r} to a function")
 
 
+_DEVICE = re.compile(r"device\(type='(\w+)'(?:, index=(\d+))?\)")
 _TORCH_OBJECTS = ("contiguous_format", "channels_last", "channels_last_3d", "preserve_format", "strided",
                   "sparse_coo")
 
@@ -68,11 +70,9 @@ def _scalar(a: str) -> Any:
         return ...
     if isinstance(getattr(torch, a, None), torch.dtype):
         return getattr(torch, a)
-    if a.startswith("device(type="):
-        try:
-            return eval(a, {"device": torch.device})  # noqa: S307 - a repr the recorder wrote
-        except Exception:  # noqa: BLE001
-            return a
+    m = _DEVICE.fullmatch(a)
+    if m:
+        return torch.device(m.group(1), int(m.group(2))) if m.group(2) else torch.device(m.group(1))
     if a.startswith("torch.") and a[6:] in _TORCH_OBJECTS:
         return getattr(torch, a[6:])
     return a

@@ -132,3 +132,28 @@ def test_repro_refuses_a_missing_step_and_a_garbage_trace(tmp_path, capsys):
     assert "no step 99" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("[]")
     assert main(["repro", str(tmp_path / "bad.json")]) == 2
+
+
+def test_rebuild_reads_dtypes_devices_slices_and_never_evaluates_strings():
+    from optimus.trace import GraphSnapshot, NodeRecord
+
+    x = {"node": "x"}
+    snap = GraphSnapshot([
+        NodeRecord("x", "placeholder", "x", shape=[4, 6], dtype="float32", stride=[1, 4]),
+        NodeRecord("half", "call_method", "to", [x, "float64"], inputs=["x"]),
+        NodeRecord("z", "call_function", "torch.zeros", [[2]], {"device": "device(type='cpu')", "dtype": "float16"}),
+        NodeRecord("cut", "call_function", "_operator.getitem",
+                   [{"node": "half"}, [{"slice": [None, None, None]}, {"slice": [1, 5, 2]}]], inputs=["half"]),
+        NodeRecord("output", "output", "output", [[{"node": "cut"}, {"node": "z"}]], inputs=["cut", "z"]),
+    ])
+    gm = graph_module(snap)
+    (inp,) = random_inputs(snap)
+    assert inp.stride() == (1, 4) and inp.dtype == torch.float32
+    cut, z = gm(inp)
+    assert cut.dtype == torch.float64 and torch.equal(cut, inp.double()[:, 1:5:2])
+    assert z.dtype == torch.float16 and z.device == torch.device("cpu")
+    evil = GraphSnapshot([NodeRecord("z", "call_function", "torch.zeros", [[2]],
+                                     {"device": "device(type=__import__('os').getpid())"}),
+                          NodeRecord("output", "output", "output", [{"node": "z"}], inputs=["z"])])
+    with pytest.raises(RuntimeError, match="device"):  # the string reaches torch as a string
+        graph_module(evil)()
