@@ -16,7 +16,7 @@ import streamlit as st
 
 import sample_models
 import viz
-from app import debug, toggles, upstream
+from app import compare_view, debug, toggles, upstream
 from app import state as S
 from optimus.passes import default_pipeline, pass_catalogue
 
@@ -349,6 +349,7 @@ def main() -> None:
     header(trace)
     toggles.stale_marker(trace, *toggles.selection(ss, PIPELINE))
     upstream.defects(trace)
+    debug.failure_tools(ss, trace)
     if not trace.steps:
         st.info("No pattern matched: the pipeline made no step. The captured graph:")
         opts = graph_options(len(trace.initial_graph))
@@ -363,6 +364,7 @@ def main() -> None:
         debug.step_tools(ss, trace, cur)
         st.plotly_chart(viz.node_count_figure(trace, current=cur), width="stretch")
     timing(trace)
+    compare_view.compare_panel(ss)
     downloads(trace)
 
 

@@ -83,3 +83,21 @@ def bisect_trace(trace: Trace, inputs: tuple, grads: bool = False) -> BisectResu
             lo = mid
     result.first_bad = hi
     return result
+
+
+def bisect_spec(trace: Trace, spec: str, capture_method: str = "dynamo", graph_index: int | None = None,
+                grads: bool = False) -> BisectResult:
+    """:func:`bisect_trace` for a trace of model ``spec`` made earlier (the app's trace on
+    screen): captures the model again for its example inputs and checks that the capture
+    is the trace's initial graph. Raises optimus.run.ModelSpecError /
+    optimus.capture.CaptureError, and ValueError when the model now captures to another
+    graph than the trace's."""
+    from optimus.capture import capture
+    from optimus.record import snapshot_graph
+    from optimus.run import load_model
+
+    model, inputs, _ = load_model(spec)
+    c = capture(model, inputs, method=capture_method, graph_index=graph_index)
+    if snapshot_graph(c.gm.graph).signature() != trace.initial_graph.signature():
+        raise ValueError(f"{spec} now captures to a different graph than the trace's; run it again first")
+    return bisect_trace(trace, c.example_inputs, grads)

@@ -81,6 +81,18 @@ def compare_model(spec: str, options: dict | None = None, capture_method: str = 
     return compare_traces(ours.trace, up.trace, up.options)
 
 
+def group_rows(c: Comparison) -> list[dict]:
+    """One row per pass: its name, our steps, upstream's steps, whether both fused the
+    same groups of the same nodes, and each side's groups as text (sizes and first
+    members): the side-by-side table of the CLI and the app."""
+    rows = []
+    for name, (ours, up) in c.groups.items():
+        rows.append({"pass": name, "ours": len(ours), "upstream": len(up),
+                     "same groups": sorted(map(tuple, ours)) == sorted(map(tuple, up)),
+                     "our groups": _group_text(ours), "upstream groups": _group_text(up)})
+    return rows
+
+
 def _group_text(groups: list[list[str]], limit: int = 6) -> str:
     if not groups:
         return "-"
@@ -98,12 +110,11 @@ def comparison_text(c: Comparison) -> str:
     w = max([len("pass"), *(len(p) for p in c.groups)])
     rows.append(f"{'pass':{w}s}  {'ours':>4s}  {'upstream':>8s}  same groups")
     rows.append("-" * (w + 30))
-    for name, (ours, up) in c.groups.items():
-        same = "yes" if sorted(map(tuple, ours)) == sorted(map(tuple, up)) else "no"
-        rows.append(f"{name:{w}s}  {len(ours):4d}  {len(up):8d}  {same}")
-        if same == "no":
-            rows.append(f"{'':{w}s}    ours:     {_group_text(ours)}")
-            rows.append(f"{'':{w}s}    upstream: {_group_text(up)}")
+    for r in group_rows(c):
+        rows.append(f"{r['pass']:{w}s}  {r['ours']:4d}  {r['upstream']:8d}  {'yes' if r['same groups'] else 'no'}")
+        if not r["same groups"]:
+            rows.append(f"{'':{w}s}    ours:     {r['our groups']}")
+            rows.append(f"{'':{w}s}    upstream: {r['upstream groups']}")
     for title, steps in (("only in ours", c.only_ours), ("only in upstream", c.only_upstream)):
         if steps:
             rows.append(f"\n{title}:")

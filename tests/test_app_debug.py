@@ -108,3 +108,50 @@ def test_inductor_source_flags_the_upstream_defect_with_code_diff_and_repro(tmp_
     assert any("Download repro of step 1" in str(b.proto.label) for b in repro)
     at.radio(key="pass_source").set_value(toggles.OURS).run()
     assert any(toggles.STALE in w for w in warnings(at))
+
+
+def held_in_app(tmp_path) -> AppTest:
+    (tmp_path / "held_in.py").write_text(HELD_IN)
+    at = fresh()
+    at.radio(key="source_kind").set_value("Python factory").run()
+    at.text_input(key="factory").input(f"{tmp_path / 'held_in.py'}:build").run()
+    return at
+
+
+def button(at: AppTest, key: str):
+    return next(b for b in at.button if b.key == key)
+
+
+def test_bisect_button_finds_the_failing_step_of_an_unverified_run_and_jumps_to_it(tmp_path):
+    at = click_run(held_in_app(tmp_path))                          # verify once at the end: it fails
+    t = at.session_state["trace"]
+    assert t.final_verify.ok is False and not t.failed_steps()
+    button(at, "bisect_btn").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    msg = next(e.value for e in at.error if e.value.startswith("Bisect:"))
+    assert "the first failing step is 3 (batch_layernorm / batch_layernorm)" in msg
+    button(at, "jump_bisect").click().run()
+    assert heading(at).startswith("#### Step 3: `batch_layernorm`")
+
+
+def test_with_verify_on_the_first_failing_step_is_one_click_away(tmp_path):
+    at = held_in_app(tmp_path)
+    at.radio(key="verify").set_value("step").run()
+    click_run(at)
+    assert heading(at).startswith("#### Step 1:")
+    button(at, "jump_failing").click().run()
+    assert heading(at).startswith("#### Step 3: `batch_layernorm`")
+
+
+def test_compare_view_shows_both_runs_and_flags_the_upstream_defect(tmp_path):
+    at = click_run(held_in_app(tmp_path))
+    button(at, "compare_btn").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("**Upstream defect** — upstream step") and "BatchLayernormFusion" in e for e in errors)
+    assert any(e.startswith("**Our defect**") for e in errors)
+    table = next(d.value for d in at.dataframe if "same groups" in d.value.columns)
+    row = table[table["pass"] == "batch_layernorm"].iloc[0]
+    assert (row["ours"], row["upstream"], bool(row["same groups"])) == (1, 1, True)
+    c = at.session_state["comparison"][1]
+    assert [m.value for m in at.metric][-3:] == [str(n) for n in c.nodes] and c.nodes[0] == 29
