@@ -16,7 +16,7 @@ import streamlit as st
 
 import sample_models
 import viz
-from app import compare_view, debug, toggles, upstream
+from app import compare_view, debug, inspector, toggles, upstream
 from app import state as S
 from optimus.passes import default_pipeline, pass_catalogue
 
@@ -362,6 +362,7 @@ def main() -> None:
         graphs(trace, cur, pass_filter, mode, opts)
         step_details(trace, cur)
         debug.step_tools(ss, trace, cur)
+        inspector.inspector(ss, trace, cur)
         st.plotly_chart(viz.node_count_figure(trace, current=cur), width="stretch")
     timing(trace)
     compare_view.compare_panel(ss)

@@ -155,3 +155,24 @@ def test_compare_view_shows_both_runs_and_flags_the_upstream_defect(tmp_path):
     assert (row["ours"], row["upstream"], bool(row["same groups"])) == (1, 1, True)
     c = at.session_state["comparison"][1]
     assert [m.value for m in at.metric][-3:] == [str(n) for n in c.nodes] and c.nodes[0] == 29
+
+
+def test_inspector_finds_a_node_follows_its_inputs_and_keeps_it_across_steps():
+    at = click_run(fresh())
+    t = at.session_state["trace"]
+    fuse = next(s for s in t.steps if s.pattern == "batch_layernorm")
+    at.session_state["cur_step"] = fuse.index
+    at.run()
+    at.radio(key="inspect_side").set_value("before").run()
+    at.text_input(key="inspect_query").input("layer_norm_3").run()
+    assert at.selectbox(key="inspect_pick").value == "layer_norm_3"
+    text = "\n".join(m.value for m in at.markdown)
+    assert "**`layer_norm_3`** = `call_function` `torch.nn.functional.layer_norm`" in text
+    assert "towers.3.norm (LayerNorm)" in text and f"erased at step {fuse.index} (batch_layernorm" in text
+    assert any("self.norm(" in c.value for c in at.code if c.language == "python")
+    button(at, "inspect_in:relu_7").click().run()                  # an input: select it
+    assert at.selectbox(key="inspect_pick").value == "relu_7"
+    at.session_state["cur_step"] = fuse.index - 1                  # relu_7 still exists one step earlier
+    at.run()
+    assert at.selectbox(key="inspect_pick").value == "relu_7"
+    assert not at.exception
