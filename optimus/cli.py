@@ -19,7 +19,7 @@ them), ``package.module:factory`` or ``path/to/file.py:factory`` (a callable ret
 ``(model, example_inputs)``, resolved from the current directory), or a ``.pt2`` file
 saved by ``torch.export.save``.
 Exit status: 0 ok; 1 a step failed verification; 2 bad input (unknown model or pass,
-untraceable model, unreadable trace); 3 a pattern raised.
+untraceable model, unreadable trace); 3 a pattern (or an observed upstream pass) raised.
 """
 from __future__ import annotations
 
@@ -321,14 +321,24 @@ def _bad_input():
 
 
 def cmd_observe(a) -> int:
-    from optimus.run import observe
+    from optimus.capture import CaptureError, capture
+    from optimus.inductor import check_options, default_options
+    from optimus.run import ModelSpecError, load_model, observe
 
     try:
-        res = observe(a.model, options=_options_arg(a.options), verify=a.verify == "step",
-                      capture_method=a.capture, graph_index=a.graph)
-    except _bad_input() as e:
+        options = _options_arg(a.options)
+        options = default_options() if options is None else options
+        check_options(options)
+        model, inputs, name = load_model(a.model)
+        captured = capture(model, inputs, method=a.capture, graph_index=a.graph)
+    except (ModelSpecError, CaptureError, KeyError, TypeError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return EXIT_INPUT
+    try:
+        res = observe(name, options=options, verify=a.verify == "step", captured=captured)
+    except Exception as e:  # noqa: BLE001 - upstream's passes raising is itself the finding
+        print(f"optimus: PyTorch Inductor's pre-grad passes raised {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_PATTERN
     t = res.trace
     print(f"PyTorch Inductor pre-grad passes (torch {t.capture.get('torch')}), pre_grad_fusion_options: "
           f"{', '.join(res.options) or 'none'}")

@@ -100,3 +100,14 @@ def test_compare_of_the_default_pipelines_shows_the_same_fused_groups_and_where_
     assert {s.pass_name for s in c.only_upstream} >= {"unbind_stack_pass"}
     text = comparison_text(c)
     assert "batch_linear" in text and "only in upstream:" in text and "only in ours:" in text
+
+
+def test_an_upstream_pass_that_raises_exits_3_naming_it(held_in, monkeypatch, capsys):
+    from torch._inductor.fx_passes import group_batch_fusion as gbf
+
+    def broken_fuse(self, graph, subset):
+        raise RuntimeError("rule failed")
+
+    monkeypatch.setattr(gbf.BatchLayernormFusion, "fuse", broken_fuse)
+    assert main(["observe", held_in, "--options", '{"batch_layernorm": {}}']) == 3
+    assert "PyTorch Inductor's pre-grad passes raised RuntimeError: rule failed" in capsys.readouterr().err
