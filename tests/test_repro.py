@@ -1,14 +1,17 @@
 """Repro export (optimus/repro.py, optimus/rebuild.py, `optimus repro`): a standalone script replays one
 step of a trace from its snapshot alone; round trips run the script in a fresh interpreter."""
 import os
+import random
 import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import hypothesis.strategies as st
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
 
 import sample_models
 from optimus.capture import capture
@@ -16,9 +19,11 @@ from optimus.cli import main
 from optimus.engine import Engine, Pass, Pipeline, RunOptions
 from optimus.pattern import REGISTRY
 from optimus.rebuild import graph_module, random_inputs
+from optimus.repro import run_repro, step_spec
 from optimus.run import optimize
 from optimus.trace import Trace
 from optimus.verify import compare, run_graph
+from sample_models.random_models import build, dtype_supported, random_spec
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -157,3 +162,13 @@ def test_rebuild_reads_dtypes_devices_slices_and_never_evaluates_strings():
                           NodeRecord("output", "output", "output", [{"node": "z"}], inputs=["z"])])
     with pytest.raises(RuntimeError, match="device"):  # the string reaches torch as a string
         graph_module(evil)()
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**16), dtype=st.sampled_from([d for d in ("float32", "bfloat16") if dtype_supported(d)]))
+def test_the_repro_of_every_step_of_a_random_model_passes(seed, dtype):
+    model, inputs = build(random_spec(random.Random(seed), dtype))
+    t = optimize(model, inputs, verify="off").trace
+    for s in t.steps:
+        out = []
+        assert run_repro(t.before(s.index).to_json(), step_spec(t, s.index), out=out.append) == 0, out
