@@ -67,8 +67,9 @@ def sidebar() -> tuple[str | None, bool]:
             spec = f"sample:{name}"
         elif source == "Python factory":
             spec = st.text_input("Factory", key="factory", placeholder="package.module:factory",
-                                 help="A callable returning (nn.Module, example_inputs), imported from your "
-                                      "Python path.").strip() or None
+                                 help="A callable returning (nn.Module, example_inputs): package.module:factory "
+                                      "or path/to/file.py:factory, resolved from the current directory; or a "
+                                      "path/to/model.pt2 saved by torch.export.save.").strip() or None
         else:
             up = st.file_uploader("Trace JSON (saved by `optimus run --trace` or this app)", type=["json"],
                                   key="upload")

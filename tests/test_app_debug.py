@@ -176,3 +176,18 @@ def test_inspector_finds_a_node_follows_its_inputs_and_keeps_it_across_steps():
     at.run()
     assert at.selectbox(key="inspect_pick").value == "relu_7"
     assert not at.exception
+
+
+def test_a_pt2_exported_program_runs_from_the_factory_field(tmp_path):
+    import torch
+
+    from optimus.run import load_model
+
+    at = held_in_app(tmp_path)
+
+    model, inputs, _ = load_model(f"{tmp_path / 'held_in.py'}:build")
+    torch.export.save(torch.export.export(model, inputs), tmp_path / "held_in.pt2")
+    at.text_input(key="factory").input(str(tmp_path / "held_in.pt2")).run()
+    click_run(at)
+    t = at.session_state["trace"]
+    assert t.model == "held_in.pt2" and "batch_layernorm" in {s.pass_name for s in t.steps}
