@@ -55,7 +55,8 @@ def show_comparison(c) -> None:
         st.error(f"**Our defect** — step {s.index} ({s.pass_name} / {s.pattern}) fails verification: {msg}")
     st.dataframe(pd.DataFrame(group_rows(c)), hide_index=True, width="stretch")
     left, right = st.columns(2)
-    for col, title, steps in ((left, "Only in ours", c.only_ours), (right, "Only in PyTorch Inductor", c.only_upstream)):
+    sides = ((left, "Only in ours", c.only_ours), (right, "Only in PyTorch Inductor", c.only_upstream))
+    for col, title, steps in sides:
         col.markdown(f"**{title}** ({len(steps)} steps)")
         if steps:
             col.dataframe(pd.DataFrame([{"step": s.index, "pass": s.pass_name, "pattern": s.pattern,

@@ -66,8 +66,8 @@ def cmd_run(a) -> int:
     from optimus.run import ModelSpecError, optimize
 
     try:
-        res = optimize(a.model, passes=_passes_arg(a.passes), skip=_passes_arg(a.skip), verify=a.verify, grads=a.grads,
-                       capture_method=a.capture, graph_index=a.graph,
+        res = optimize(a.model, passes=_passes_arg(a.passes), skip=_passes_arg(a.skip), verify=a.verify,
+                       grads=a.grads, capture_method=a.capture, graph_index=a.graph,
                        on_capture=lambda c: print(c.summary(), file=sys.stderr))
     except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
@@ -285,7 +285,8 @@ def cmd_bisect(a) -> int:
     if b.direct:
         print(f"{len(t.steps)} steps, each verified as it was applied")
     else:
-        print(f"{b.steps} steps; checked {len(b.probes)} replayed graph(s) against the original (at most {b.max_probes}):")
+        print(f"{b.steps} steps; checked {len(b.probes)} replayed graph(s) against the original "
+              f"(at most {b.max_probes}):")
         for k, v in b.probes:
             print(f"  after step {k:4d}: {_fmt_verify(v)} {v.message.splitlines()[0] if v.message else ''}".rstrip())
     if b.first_bad is None:
@@ -345,7 +346,8 @@ def cmd_observe(a) -> int:
     print(steps_table(t))
     print(f"\nnodes: {t.nodes_before} -> {t.nodes_after} in {len(t.steps)} upstream steps")
     if t.final_verify is not None and t.final_verify.ok is not None:
-        print(f"verify: {_fmt_verify(t.final_verify)} {t.final_verify.message.splitlines()[0] if t.final_verify.message else ''}".rstrip())
+        first = t.final_verify.message.splitlines()[0] if t.final_verify.message else ""
+        print(f"verify: {_fmt_verify(t.final_verify)} {first}".rstrip())
     for s in t.failed_steps():
         msg = s.verify.message.splitlines()[0] if s.verify.message else ""
         print(f"UPSTREAM DEFECT: step {s.index} ({s.pass_name} / {s.pattern}) fails verification: {msg}")
