@@ -348,7 +348,7 @@ def main() -> None:
                     "You can also open a saved trace file.")
         return
     header(trace)
-    toggles.stale_marker(trace, *toggles.selection(ss, PIPELINE))
+    toggles.stale_marker(ss, PIPELINE)
     upstream.defects(trace)
     debug.failure_tools(ss, trace)
     if not trace.steps:

@@ -25,8 +25,8 @@ def trace_passes(trace: Trace) -> list[str]:
 
 
 def is_stale(trace: Trace | None, source: str, selected: list[str]) -> bool:
-    """True when the trace on screen was made with another pass source or other passes
-    than the current selection (a trace opened from a file is never stale)."""
+    """True when ``trace`` was made with another pass source or other passes than the
+    current selection (a trace that records no passes is never stale)."""
     if trace is None or not trace.passes:
         return False
     upstream = bool(trace.capture.get("upstream"))
@@ -99,8 +99,10 @@ def pass_panel(pipeline) -> tuple[str, list[str]]:
     return source, selected
 
 
-def stale_marker(trace: Trace, source: str, selected: list[str]) -> None:
-    """A warning above the trace while the pass selection differs from the trace's."""
-    if is_stale(trace, source, selected):
+def stale_marker(state: MutableMapping, pipeline) -> None:
+    """A warning above the trace while the pass selection differs from the trace's; not
+    for a trace from a file whose model cannot be run again here (``spec`` None)."""
+    trace = state.get("trace")
+    if state.get("spec") is not None and is_stale(trace, *selection(state, pipeline)):
         st.warning(f"**{STALE}** — the view shows the last run ({', '.join(trace_passes(trace)[:6])}"
                    f"{' ...' if len(trace_passes(trace)) > 6 else ''}).", icon=":material/sync_problem:")
