@@ -211,7 +211,7 @@ def optimize(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, 
     from optimus.passes import default_pipeline
 
     if captured is not None:
-        name = spec_or_model.removeprefix("sample:") if isinstance(spec_or_model, str) else type(spec_or_model).__name__
+        name = _run_name(spec_or_model)
     elif isinstance(spec_or_model, str):
         model, inputs, name = load_model(spec_or_model)
     else:
@@ -232,6 +232,14 @@ def optimize(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, 
         if on_step is not None:
             on_step(step)
     return RunResult(engine.trace, captured, engine, name)
+
+
+def _run_name(spec_or_model: str | torch.nn.Module) -> str:
+    """The name a run is recorded under, as :func:`load_model` gives it: a sample's bare
+    name, another spec as written, a model object's class name."""
+    if isinstance(spec_or_model, str):
+        return spec_or_model.removeprefix("sample:")
+    return type(spec_or_model).__name__
 
 
 @dataclass
@@ -269,8 +277,7 @@ def observe(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, o
             model, name = spec_or_model, type(spec_or_model).__name__
         captured = capture(model, tuple(inputs), method=capture_method, graph_index=graph_index)
     else:
-        name = spec_or_model if isinstance(spec_or_model, str) else type(spec_or_model).__name__
-        name = name.removeprefix("sample:")
+        name = _run_name(spec_or_model)
     opts = default_options() if options is None else options
     trace = observe_upstream(captured.gm, captured.example_inputs, opts, model_name=name, verify=verify)
     trace.capture.update({k: v for k, v in captured.info().items() if k not in trace.capture})
