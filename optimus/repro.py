@@ -16,8 +16,10 @@ Steps of our passes apply the registered pattern (the module that defines it is
 imported first, so a pattern of the user's own plugin module must be importable on the
 machine that runs the repro). Steps observed from PyTorch's own passes
 (:func:`optimus.inductor.observe_upstream`) apply upstream's group/batch fusion class
-(``PRE_GRAD_FUSIONS[pass](graph_search_options=...)``) to the fused subset; upstream
-pattern-pass steps (split/cat) cannot be applied one match at a time and are refused.
+(``PRE_GRAD_FUSIONS[pass](graph_search_options=...)``) to the fused subset, or run
+upstream's pattern pass letting only the recorded match through
+(:func:`_apply_upstream_match`); changes upstream makes between rule calls
+(``numpy_compat_normalization``, ``fuse_fx``) are refused.
 """
 from __future__ import annotations
 
@@ -47,13 +49,13 @@ def step_spec(trace: Trace, index: int) -> dict:
             "sites": list(step.sites), "created": len(step.created), "erased": len(step.erased),
             "verify": None if step.verify is None else {"ok": step.verify.ok, "message": step.verify.message}}
     if trace.capture.get("upstream"):
-        from torch._inductor.fx_passes.group_batch_fusion import PRE_GRAD_FUSIONS
+        from optimus.inductor import known_pre_grad_passes
 
-        if step.pass_name not in PRE_GRAD_FUSIONS:
-            raise ReproError(f"step {index} is upstream pattern-pass rewrite {step.pattern!r} of "
-                             f"{step.pass_name!r}: only upstream group/batch fusion steps can be replayed alone")
+        if step.pass_name not in known_pre_grad_passes():
+            raise ReproError(f"step {index} ({step.pass_name} / {step.pattern}) was made between upstream's rule "
+                             "calls, not by one pass's rule: it cannot be replayed alone")
         opts = next((p.get("options", {}) for p in trace.passes if p.get("name") == step.pass_name), {})
-        spec["upstream"] = {"fusion": step.pass_name, "options": opts, "torch": trace.capture.get("torch")}
+        spec["upstream"] = {"pass": step.pass_name, "options": opts, "torch": trace.capture.get("torch")}
     else:
         from optimus.pattern import get
 
@@ -120,12 +122,58 @@ def apply_step(gm: GraphModule, spec: dict) -> None:
     if "upstream" in spec:
         from torch._inductor.fx_passes.group_batch_fusion import PRE_GRAD_FUSIONS, graph_search_options
 
-        options = {**graph_search_options, **spec["upstream"].get("options", {})}
-        PRE_GRAD_FUSIONS[spec["upstream"]["fusion"]](graph_search_options=options).fuse(gm.graph, sites)
+        from optimus.inductor import _own_counters
+
+        name = spec["upstream"]["pass"]
+        with _own_counters():  # upstream's counters of the caller are left as they were
+            if name in PRE_GRAD_FUSIONS:
+                options = {**graph_search_options, **spec["upstream"].get("options", {})}
+                PRE_GRAD_FUSIONS[name](graph_search_options=options).fuse(gm.graph, sites)
+            else:
+                _apply_upstream_match(gm, spec)
     else:
         _apply_ours(gm, spec, sites)
     stable_topological_sort(gm.graph)
     gm.recompile()
+
+
+def _apply_upstream_match(gm: GraphModule, spec: dict) -> None:
+    """Run upstream's pattern pass ``spec["upstream"]["pass"]`` over ``gm`` letting only
+    the one match of the step through: the entry named ``spec["pattern"]`` whose match
+    nodes are the step's sites (every other match is skipped). Raises ReproError when
+    that match is not found."""
+    import torch._inductor.config as cfg
+    from torch._inductor import pattern_matcher as pm
+    from torch._inductor.fx_passes.pre_grad import PRE_GRAD_PATTERNS, lazy_init
+
+    from optimus.inductor import _entry_name, _subclasses
+
+    lazy_init()
+    if spec["upstream"]["pass"] not in PRE_GRAD_PATTERNS:
+        raise ReproError(f"this torch has no pre-grad pattern pass {spec['upstream']['pass']!r}")
+    want, applied = set(spec["sites"]), []
+
+    def wrap(orig):
+        def apply(self, match, graph, node):
+            if graph is gm.graph and not applied and _entry_name(self) == spec["pattern"] \
+                    and {n.name for n in match.nodes} == want:
+                applied.append(True)
+                return orig(self, match, graph, node)
+            return None
+        return apply
+
+    saved = [(cls, cls.__dict__["apply"]) for cls in _subclasses(pm.PatternEntry) if "apply" in cls.__dict__]
+    try:
+        for cls, orig in saved:
+            cls.apply = wrap(orig)
+        name = spec["upstream"]["pass"]  # handlers read their own options from the config
+        with cfg.patch(pattern_matcher=True, pre_grad_fusion_options={name: spec["upstream"].get("options", {})}):
+            PRE_GRAD_PATTERNS[name].apply(gm.graph)
+    finally:
+        for cls, orig in saved:
+            cls.apply = orig
+    if not applied:
+        raise ReproError(f"upstream {spec['pattern']} no longer matches exactly the recorded sites")
 
 
 def _apply_ours(gm: GraphModule, spec: dict, sites: list) -> None:

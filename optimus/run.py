@@ -256,16 +256,18 @@ class ObserveResult:
 
 def observe(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, options: dict | None = None,
             verify: bool = True, capture_method: str = "dynamo", graph_index: int | None = None,
-            captured: Captured | None = None) -> ObserveResult:
+            captured: Captured | None = None, keep_going: bool = True) -> ObserveResult:
     """Capture a model and record Inductor's pre-grad passes on it step by step
     (:func:`optimus.inductor.observe_upstream`), each step verified against the original
     graph where upstream leaves the graph sorted (``verify``).
 
     ``options`` is upstream's ``pre_grad_fusion_options`` (default:
     :func:`optimus.inductor.default_options`, the equivalent of our default pipeline).
-    ``captured`` reuses a capture instead of capturing again. Raises ModelSpecError,
-    optimus.capture.CaptureError, KeyError / TypeError for bad options, and whatever
-    upstream's passes raise."""
+    ``captured`` reuses a capture instead of capturing again. With ``keep_going``
+    (default) an upstream rule that raises becomes the trace's last, failed step instead
+    of an exception (see :func:`optimus.inductor.observe_upstream`). Raises
+    ModelSpecError, optimus.capture.CaptureError, KeyError / TypeError for bad options,
+    and what upstream raises outside its rules (or in them, without ``keep_going``)."""
     from optimus.inductor import default_options, observe_upstream
 
     if captured is None:
@@ -279,6 +281,7 @@ def observe(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, o
     else:
         name = _run_name(spec_or_model)
     opts = default_options() if options is None else options
-    trace = observe_upstream(captured.gm, captured.example_inputs, opts, model_name=name, verify=verify)
+    trace = observe_upstream(captured.gm, captured.example_inputs, opts, model_name=name, verify=verify,
+                             keep_going=keep_going)
     trace.capture.update({k: v for k, v in captured.info().items() if k not in trace.capture})
     return ObserveResult(trace, captured, opts, name)

@@ -102,12 +102,34 @@ def test_compare_of_the_default_pipelines_shows_the_same_fused_groups_and_where_
     assert "batch_linear" in text and "only in upstream:" in text and "only in ours:" in text
 
 
-def test_an_upstream_pass_that_raises_exits_3_naming_it(held_in, monkeypatch, capsys):
+def test_an_upstream_rule_that_raises_is_the_last_step_flagged_as_a_defect(held_in, monkeypatch, capsys):
     from torch._inductor.fx_passes import group_batch_fusion as gbf
 
     def broken_fuse(self, graph, subset):
         raise RuntimeError("rule failed")
 
     monkeypatch.setattr(gbf.BatchLayernormFusion, "fuse", broken_fuse)
-    assert main(["observe", held_in, "--options", '{"batch_layernorm": {}}']) == 3
-    assert "PyTorch Inductor's pre-grad passes raised RuntimeError: rule failed" in capsys.readouterr().err
+    assert main(["observe", held_in, "--options", '{"normalization_pass": {}, "batch_layernorm": {}}',
+                 "--trace", "up.json"]) == 1
+    out = capsys.readouterr().out
+    assert "UPSTREAM DEFECT" in out and "BatchLayernormFusion raised RuntimeError: rule failed" in out
+    t = Trace.load("up.json")
+    last = t.steps[-1]
+    assert (last.pass_name, last.verify.checked) == ("batch_layernorm", "raised") and len(last.sites) == 5
+    assert t.steps[0].pass_name == "normalization_pass" and t.steps[0].verify.ok   # what ran before is kept
+
+
+def test_upstreams_unbind_stack_to_slices_crash_is_recorded_and_its_repro_raises_while_good_steps_pass():
+    from optimus.repro import run_repro, step_spec
+    from optimus.run import observe
+
+    t = observe("sample:teach_split_stack").trace
+    crash = t.steps[-1]
+    assert crash.pass_name == "unbind_stack_to_slices_pass" and crash.verify.checked == "raised"
+    assert "IndexError" in crash.verify.message and t.final_verify.ok is False
+    out = []
+    assert run_repro(t.before(crash.index).to_json(), step_spec(t, crash.index), out=out.append) == 1
+    assert "raised IndexError" in out[0]
+    for s in t.steps[:-1]:                       # upstream's pattern-pass steps replay one match each
+        out = []
+        assert run_repro(t.before(s.index).to_json(), step_spec(t, s.index), out=out.append) == 0, out
