@@ -16,6 +16,7 @@ import streamlit as st
 
 import sample_models
 import viz
+from app import compare_view, debug, inspector, toggles, upstream
 from app import state as S
 from app.timing import timing_panel
 from optimus.passes import default_pipeline, pass_catalogue
@@ -67,8 +68,9 @@ def sidebar() -> tuple[str | None, bool]:
             spec = f"sample:{name}"
         elif source == "Python factory":
             spec = st.text_input("Factory", key="factory", placeholder="package.module:factory",
-                                 help="A callable returning (nn.Module, example_inputs), imported from your "
-                                      "Python path.").strip() or None
+                                 help="A callable returning (nn.Module, example_inputs): package.module:factory "
+                                      "or path/to/file.py:factory, resolved from the current directory; or a "
+                                      "path/to/model.pt2 saved by torch.export.save.").strip() or None
         else:
             up = st.file_uploader("Trace JSON (saved by `optimus run --trace` or this app)", type=["json"],
                                   key="upload")
@@ -76,10 +78,7 @@ def sidebar() -> tuple[str | None, bool]:
                 ss.upload_id = up.file_id
                 S.accept_upload(ss, up.name, up.getvalue(), sample_models.names())
 
-        n_on = len(enabled_passes())
-        with st.expander(f"Passes: {n_on} of {len(PIPELINE.passes)} on"):
-            for p in PIPELINE.passes:
-                st.checkbox(p.name, value=True, key=f"pass:{p.name}", help=p.description)
+        toggles.pass_panel(PIPELINE)
         with st.expander(f"Checks: verify {VERIFY_LABEL[ss.get('verify', 'end')]}; {ss.get('capture_method', 'dynamo')} capture"):
             st.radio("Verify", ("step", "end", "off"), index=1, key="verify", format_func=VERIFY_LABEL.get,
                      help="; ".join(f"{k}: {v}" for k, v in VERIFY_HELP.items()))
@@ -296,7 +295,14 @@ def main() -> None:
     spec, run = sidebar()
     if run and spec:
         ss.report = None
-        run_spec(spec)
+        before, old = toggles.place(ss), ss.trace
+        source, selected = toggles.selection(ss, PIPELINE)
+        if source == toggles.INDUCTOR:
+            upstream.run_upstream(ss, spec, selected, ss.capture_method)
+        else:
+            run_spec(spec)
+        if ss.trace is not old:
+            toggles.keep_place(ss, before)
     if ss.error:  # shown once; the trace on screen is the last good one
         st.error(f"**{ss.error[0]}**: {ss.error[1]}" + ("\n\nStill showing the previous trace." if ss.trace else ""))
         ss.error = None
@@ -309,6 +315,9 @@ def main() -> None:
                     "You can also open a saved trace file.")
         return
     header(trace)
+    toggles.stale_marker(ss, PIPELINE)
+    upstream.defects(trace)
+    debug.failure_tools(ss, trace)
     if not trace.steps:
         st.info("No pattern matched: the pipeline made no step. The captured graph:")
         opts = graph_options(len(trace.initial_graph))
@@ -320,8 +329,11 @@ def main() -> None:
         opts = graph_options(max(len(trace.before(cur)), len(trace.after(cur))))
         graphs(trace, cur, pass_filter, mode, opts)
         step_details(trace, cur)
+        debug.step_tools(ss, trace, cur)
+        inspector.inspector(ss, trace, cur)
         st.plotly_chart(viz.node_count_figure(trace, current=cur), width="stretch")
     timing_panel(trace, ss)
+    compare_view.compare_panel(ss)
     downloads(trace)
 
 

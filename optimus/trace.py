@@ -16,7 +16,7 @@ JSON layout (``format_version`` 1)::
                 "info": {...} (optional: pattern-specific figures, e.g. bytes_packed)}]}
 
 A NodeRecord is written as ``{"name", "op", "target", "args", "kwargs", "inputs",
-"shape", "dtype", "module", "module_type", "source"}`` less the fields at their default
+"shape", "dtype", "module", "module_type", "source", "stride"}`` less the fields at their default
 (empty or null) and less ``inputs`` where it follows from ``args``/``kwargs``
 (:meth:`NodeRecord.to_json`); readers accept records with or without them. A step's
 delta holds only the nodes the step created or rewired.
@@ -50,7 +50,9 @@ class NodeRecord:
     (the graph's edges). ``shape`` is the output shape (``list[int]``), or a list of
     shapes for tuple outputs such as split/unbind; symbolic sizes are strings.
     ``module`` is the ``nn_module_stack`` path that created the node and ``source``
-    the user's code line (``file.py:12: code``) from ``stack_trace``.
+    the user's code line (``file.py:12: code``) from ``stack_trace``. ``stride`` is
+    the output's strides in elements, shaped like ``shape`` (None in traces written
+    before it was recorded).
     """
 
     name: str
@@ -64,6 +66,7 @@ class NodeRecord:
     module: str | None = None
     module_type: str | None = None
     source: str | None = None
+    stride: list | None = None
 
     def to_json(self) -> dict:
         """Compact JSON form: fields at their default (empty args/kwargs, None shape,
@@ -77,7 +80,7 @@ class NodeRecord:
             d["kwargs"] = self.kwargs
         if self.inputs and self.inputs != refs_in(self.args, self.kwargs):
             d["inputs"] = self.inputs
-        for k in ("shape", "dtype", "module", "module_type", "source"):
+        for k in ("shape", "dtype", "module", "module_type", "source", "stride"):
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
@@ -90,7 +93,8 @@ class NodeRecord:
         inputs = d.get("inputs")
         return cls(d["name"], d["op"], d["target"], args, kwargs,
                    refs_in(args, kwargs) if inputs is None else inputs,
-                   d.get("shape"), d.get("dtype"), d.get("module"), d.get("module_type"), d.get("source"))
+                   d.get("shape"), d.get("dtype"), d.get("module"), d.get("module_type"), d.get("source"),
+                   d.get("stride"))
 
     @property
     def short_target(self) -> str:
