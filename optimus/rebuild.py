@@ -20,6 +20,7 @@ What a record cannot bring back exactly, and how it is read:
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from typing import Any
@@ -38,6 +39,7 @@ class RebuildError(ValueError):
 # --------------------------------------------------------------------------- targets
 
 
+@functools.lru_cache(maxsize=1024)
 def resolve_target(name: str) -> Any:
     """The callable a qualified name (as :func:`optimus.record.target_name` writes it)
     names: the longest importable module prefix, then attributes. Raises RebuildError."""
