@@ -1,10 +1,10 @@
 """The ``optimus`` command.
 
-    optimus run MODEL [--passes a,b] [--verify step|end|off] [--grads] [--trace out.json]
+    optimus run MODEL [--passes a,b] [--verify step|end|off] [--grads] [--trace out.json] [--search global|upstream]
     optimus passes
     optimus bench MODEL [--passes a,b] [--repeats N] [--compile] [--json out.json]
     optimus show TRACE.json
-    optimus why MODEL NODE
+    optimus why MODEL NODE [--step N] [--pattern P] [--search global|upstream]
     optimus app [--port N]
 
 MODEL is ``sample:NAME`` (``optimus run sample:recsys_towers``) or
@@ -54,11 +54,12 @@ def _passes_arg(text: str | None) -> list[str] | None:
 def cmd_run(a) -> int:
     from optimus.capture import CaptureError
     from optimus.engine import PatternError
+    from optimus.passes import default_pipeline
     from optimus.run import ModelSpecError, optimize
 
     try:
         res = optimize(a.model, passes=_passes_arg(a.passes), verify=a.verify, grads=a.grads,
-                       capture_method=a.capture, graph_index=a.graph,
+                       capture_method=a.capture, graph_index=a.graph, pipeline=default_pipeline(search=a.search),
                        on_capture=lambda c: print(c.summary(), file=sys.stderr))
     except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
@@ -131,37 +132,25 @@ def cmd_show(a) -> int:
 
 def cmd_why(a) -> int:
     from optimus.capture import CaptureError, capture
-    from optimus.pattern import BatchPattern, explain, get, group_size
+    from optimus.engine import PatternError
+    from optimus.passes import default_pipeline
     from optimus.run import ModelSpecError, load_model
+    from optimus.why import DryRun, WhyError
 
     try:
         model, inputs, _ = load_model(a.model)
-        gm = capture(model, inputs, method=a.capture).gm
-    except (ModelSpecError, CaptureError) as e:
+        gm = capture(model, inputs, method=a.capture, graph_index=a.graph).gm
+        pipe = default_pipeline(search=a.search)
+        if a.passes:
+            pipe = pipe.only(_passes_arg(a.passes))
+        report = DryRun(gm, pipe, a.step).explain(a.node, _passes_arg(a.pattern))
+    except (ModelSpecError, CaptureError, WhyError, KeyError, ValueError) as e:
+        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return EXIT_INPUT
+    except PatternError as e:
         print(f"optimus: {e}", file=sys.stderr)
-        return EXIT_INPUT
-    node = next((n for n in gm.graph.nodes if n.name == a.node), None)
-    if node is None:
-        names = [n.name for n in gm.graph.nodes if n.op != "placeholder"]
-        print(f"optimus: no node {a.node!r} in the captured graph; nodes: {', '.join(names[:40])}"
-              + (" ..." if len(names) > 40 else ""), file=sys.stderr)
-        return EXIT_INPUT
-    from optimus.record import target_name
-
-    print(f"{node.name} = {node.op} {target_name(node)}")
-    for name, reason in explain(node).items():
-        if reason is not None:
-            print(f"  {name:32s} no: {reason}")
-            continue
-        p = get(name)
-        if not isinstance(p, BatchPattern):
-            print(f"  {name:32s} matches here")
-            continue
-        size, need = group_size(p, node), p.options.min_fuse_set_size
-        verdict = (f"too few to fuse (needs {need})" if size < need else
-                   f"fuses if {need}+ of them are independent and all within "
-                   f"{p.options.max_fuse_search_depth} producer hops of one node")
-        print(f"  {name:32s} member: {size} node(s) share its group key; {verdict}")
+        return EXIT_PATTERN
+    print(report.text())
     return 0
 
 
@@ -191,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--trace", help="write the trace JSON here")
     r.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
     r.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    r.add_argument("--search", choices=["global", "upstream"], default=None,
+                   help="how batch fusions find groups: global (default; every independent group of one key) "
+                   "or upstream (PyTorch's bounded search, for parity)")
     r.set_defaults(fn=cmd_run)
     p = sub.add_parser("passes", help="list the patterns with description, preconditions and source")
     p.set_defaults(fn=cmd_passes)
@@ -204,10 +196,18 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="print the steps of a saved trace")
     s.add_argument("trace")
     s.set_defaults(fn=cmd_show)
-    y = sub.add_parser("why", help="for one node of a model's graph, why each pattern does or does not apply")
+    y = sub.add_parser("why", help="for one node, what each pattern does with it in a dry run of the pipeline "
+                       "(fuses at step N with ..., or the reason it does not)")
     y.add_argument("model")
     y.add_argument("node", help="FX node name, e.g. linear_3")
+    y.add_argument("--step", type=int, default=None,
+                   help="explain the node in the graph before step N of the run (default: the captured graph)")
+    y.add_argument("--pattern", help="comma-separated pattern names to answer for (default: every pattern)")
+    y.add_argument("--passes", help="comma-separated pass names to enable (default: all)")
+    y.add_argument("--search", choices=["global", "upstream"], default=None,
+                   help="batch fusions' search (default: global; upstream: PyTorch's bounded search)")
     y.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
+    y.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
     y.set_defaults(fn=cmd_why)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)

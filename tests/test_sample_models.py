@@ -206,6 +206,9 @@ def test_registry_contents_and_order():
         "teach_batch_layernorm_variants",
         "bert",
         "gpt2",
+        "mmoe",
+        "twin_towers",
+        "deepfm",
     ]
     assert names() == expected
     assert list(REGISTRY) == names()
