@@ -107,7 +107,8 @@ def cmd_bench(a) -> int:
     from optimus.run import ModelSpecError
 
     try:
-        r = bench_pipeline(a.model, passes=_passes_arg(a.passes), repeats=a.repeats, compile=a.compile)
+        r = bench_pipeline(a.model, passes=_passes_arg(a.passes), repeats=a.repeats, compile=a.compile,
+                           graph_index=a.graph)
     except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
         print(f"optimus: {e}", file=sys.stderr)
         return EXIT_INPUT
@@ -192,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=20, help="timed runs per stage after warm-up (default: 20)")
     b.add_argument("--compile", action="store_true", help="also time each stage under torch.compile (Inductor)")
     b.add_argument("--json", help="write the result as JSON here")
+    b.add_argument("--graph", type=int, default=None,
+                   help="with graph breaks: which graph to time (0-based; default: the one with the most nodes)")
     b.set_defaults(fn=cmd_bench)
     s = sub.add_parser("show", help="print the steps of a saved trace")
     s.add_argument("trace")
@@ -219,7 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except BrokenPipeError:  # the reader left (`optimus passes | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the flush at exit does not raise again
+        return 0
 
 
 if __name__ == "__main__":

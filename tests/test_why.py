@@ -105,3 +105,26 @@ def test_cli_why_with_step_and_pattern(capsys):
     assert "creates it" in capsys.readouterr().err
     assert main(["why", "sample:recsys_towers", "linear", "--pattern", "no_such_pattern"]) == 2
     assert main(["why", "sample:recsys_towers", "linear", "--step", "999"]) == 2
+
+
+def test_optimus_passes_whose_reader_has_left_stops_quietly(monkeypatch):
+    """``optimus passes | head``: once head exits, writes raise BrokenPipeError."""
+    import os
+
+    fd = os.open(os.devnull, os.O_WRONLY)
+
+    class ClosedPipe:
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            return fd
+
+    monkeypatch.setattr("sys.stdout", ClosedPipe())
+    try:
+        assert main(["passes"]) == 0
+    finally:
+        os.close(fd)
