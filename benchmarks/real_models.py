@@ -13,8 +13,11 @@ For each sample (default: mmoe, twin_towers, deepfm), in one process:
   batch of calls of at least ~2 ms), torch at one thread; median and p10..p90 (ms),
   speedup = captured median / median.
 
-Prints a Markdown table (nodes before/after, steps by pattern, speedups with p10..p90)
-and, with ``--json``, the raw figures. Run::
+Prints a Markdown table (nodes before/after, steps by pattern, speedups with p10..p90),
+then for every pass that made a step its estimated effect (:mod:`optimus.profit`)
+against the measured change of the p10 latency from the stage before (the passes' stages are
+timed in the same rounds), and how often the two have the same sign; with ``--json``,
+the raw figures. Run::
 
     .venv/bin/python benchmarks/real_models.py --repeats 60
 """
@@ -36,6 +39,7 @@ from optimus.capture import capture  # noqa: E402
 from optimus.engine import Engine, RunOptions, copy_graph_module  # noqa: E402
 from optimus.inductor import run_upstream  # noqa: E402
 from optimus.passes import default_pipeline  # noqa: E402
+from optimus.profit import pass_estimates  # noqa: E402
 
 UPSTREAM_OPTIONS = {
     "normalization_pass": {}, "batch_linear_lhs": {}, "batch_linear": {}, "batch_layernorm": {}, "batch_tanh": {},
@@ -49,13 +53,27 @@ def measure(name: str, repeats: int) -> dict:
     model, inputs = sample_models.get(name)
     c = capture(model, inputs)
     ours = copy_graph_module(c.gm)
-    trace = Engine(ours, c.example_inputs, default_pipeline(), RunOptions(verify="end", record=False)).run()
+    eng = Engine(ours, c.example_inputs, default_pipeline(), RunOptions(verify="end", keep_stages=True))
+    trace = eng.run()
     assert trace.final_verify.ok, f"{name}: our final graph does not verify: {trace.final_verify.message}"
     up = run_upstream(c.gm, c.example_inputs, UPSTREAM_OPTIONS)
-    t = measure_stages([("captured", copy_graph_module(c.gm)), ("ours", ours), ("upstream", up.gm)],
+    stepped = {st.pass_name for st in trace.steps}
+    passes = [(f"pass:{n}", g) for n, g in eng.stages[1:] if n in stepped]
+    t = measure_stages([("captured", copy_graph_module(c.gm)), ("ours", ours), ("upstream", up.gm), *passes],
                        c.example_inputs, repeats=repeats, warmup=5, device="cpu")
     timing = {s.stage: s for s in t.stages}
+    # estimate vs measurement, pass by pass: the change of the p10 from the stage before (on a
+    # loaded machine the fast end of the distribution is the stable one)
+    checks, prev = [], timing["captured"]
+    for (label, _), est in zip(passes, pass_estimates(trace).values()):
+        cur = timing[label]
+        measured_us = (prev.p10_ms - cur.p10_ms) * 1e3
+        spread_us = max(prev.p90_ms - prev.p10_ms, cur.p90_ms - cur.p10_ms) * 1e3
+        checks.append({"pass": label[5:], "estimate_us": round(est.us, 1), "measured_us": round(measured_us, 1),
+                       "spread_us": round(spread_us, 1), "same_sign": (est.us >= 0) == (measured_us >= 0)})
+        prev = cur
     return {
+        "checks": checks,
         "model": name, "nodes_before": len(c.gm.graph.nodes), "nodes_ours": len(ours.graph.nodes),
         "nodes_upstream": up.nodes_after, "steps": dict(Counter(s.pattern for s in trace.steps)),
         "upstream_fusions": {k: v for k, v in up.fusions.items() if v},
@@ -93,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}, CPU, 1 thread, {a.repeats} rounds; speedup = captured median / median; "
           "in brackets captured median / p90 .. / p10")
     print(table(rows))
+    checks = [c for r in rows for c in r["checks"]]
+    right = sum(c["same_sign"] for c in checks)
+    print(f"\nestimate (optimus.profit) vs measured change per pass: same sign in {right} of {len(checks)} passes")
+    for r in rows:
+        for c in r["checks"]:
+            print(f"  {r['model']:12s} {c['pass']:28s} estimate {c['estimate_us']:+8.1f} us  measured "
+                  f"{c['measured_us']:+8.1f} us (spread {c['spread_us']:.1f})  {'ok' if c['same_sign'] else 'WRONG'}")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -59,7 +59,8 @@ def cmd_run(a) -> int:
 
     try:
         res = optimize(a.model, passes=_passes_arg(a.passes), verify=a.verify, grads=a.grads,
-                       capture_method=a.capture, graph_index=a.graph, pipeline=default_pipeline(search=a.search),
+                       capture_method=a.capture, graph_index=a.graph,
+                       pipeline=default_pipeline(search=a.search, profitable_only=a.profitable_only),
                        on_capture=lambda c: print(c.summary(), file=sys.stderr))
     except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
@@ -71,6 +72,12 @@ def cmd_run(a) -> int:
     print(steps_table(t))
     print(f"\nnodes: {t.nodes_before} -> {t.nodes_after} in {len(t.steps)} steps "
           f"({', '.join(f'{p}: {len(t.steps_of_pass(p))}' for p in dict.fromkeys(s.pass_name for s in t.steps)) or 'nothing matched'})")
+    if t.steps and a.estimate:
+        from optimus.profit import pass_estimates
+
+        print("estimated effect per call (optimus.profit; CPU eager constants):")
+        for name, e in pass_estimates(t).items():
+            print(f"  {name:28s} {e.text()}")
     if t.final_verify is not None and t.final_verify.ok is not None:
         print(f"verify ({a.verify}): {_fmt_verify(t.final_verify)} {t.final_verify.message}".rstrip())
     if a.trace:
@@ -184,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--search", choices=["global", "upstream"], default=None,
                    help="how batch fusions find groups: global (default; every independent group of one key) "
                    "or upstream (PyTorch's bounded search, for parity)")
+    r.add_argument("--profitable-only", action="store_true",
+                   help="skip fusions whose estimated effect per call is a slowdown (optimus.profit)")
+    r.add_argument("--estimate", action="store_true",
+                   help="print each pass's estimated effect per call (kernels saved, bytes copied)")
     r.set_defaults(fn=cmd_run)
     p = sub.add_parser("passes", help="list the patterns with description, preconditions and source")
     p.set_defaults(fn=cmd_passes)

@@ -22,6 +22,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from optimus import verify as _verify
 from optimus.pattern import BatchPattern, Miss, Pattern, RewritePattern, SearchOptions, graph_unchanged
+from optimus.profit import group_estimate
 from optimus.record import Recording, recording, snapshot_graph
 from optimus.search import (CandidateSearch, GraphIndex, KeyCache, downstream, global_groups,
                             independent_subsets, is_search_root)
@@ -282,13 +283,17 @@ class Engine:
         pos = self.index.pos
         todo = sorted((m for m in classes.values() if len(m) >= opts.min_fuse_set_size),
                       key=lambda m: min(map(pos.__getitem__, m)))
+        skipped: set[Node] = set()  # members of groups the profit estimate refused
         for members in todo:
             k = cache[members[0]]
 
             def still(n: Node, k=k) -> bool:
-                return not n._erased and bool(n.users) and self._key(pattern, cache, n, p) == k
+                return not n._erased and n not in skipped and bool(n.users) and self._key(pattern, cache, n, p) == k
 
             for subset in global_groups(members, self.index, opts, still):
+                if opts.profitable_only and not group_estimate(self.gm, pattern.fuse, subset).profitable:
+                    skipped.update(subset)
+                    continue
                 match_s = time.perf_counter() - t_match
                 yield self._apply(p, pattern, subset, lambda s=subset: pattern.fuse(self.gm.graph, s), match_s)
                 t_match = time.perf_counter()

@@ -55,12 +55,17 @@ class SearchOptions:
       breadth-first walk of at most ``max_fuse_search_depth`` producer hops that stops
       at matches, then greedy first-fit packing.
 
+    ``profitable_only`` (global search): a group is fused only if
+    :func:`optimus.profit.group_estimate` expects it to save time per call; its members
+    are then left unfused.
+
     Raises ValueError for another ``search``."""
 
     min_fuse_set_size: int = 5
     max_fuse_set_size: int = 300
     max_fuse_search_depth: int = 5
     search: str = "global"
+    profitable_only: bool = False
 
     def __post_init__(self):
         if self.search not in SEARCH_MODES:

@@ -34,17 +34,19 @@ DEFAULT_SPLIT_CAT_PASSES = ["remove_split_with_size_one_pass", "merge_splits_pas
                             "move_reshape_out_of_split_stack_pass"]
 
 
-def default_pipeline(search: str | None = None) -> Pipeline:
+def default_pipeline(search: str | None = None, profitable_only: bool = False) -> Pipeline:
     """Upstream's order: ``normalization_pass``, every batch fusion (one pass each), then
     the split/cat cleanup that removes the identity stack/unbind and split/cat pairs the
     fusions leave, then the split/cat passes of ``DEFAULT_SPLIT_CAT_PASSES``.
 
     ``search`` ("global" or "upstream", see :class:`optimus.pattern.SearchOptions`)
     overrides every batch fusion's search mode; None keeps each pattern's own (global).
-    Raises ValueError for another mode."""
+    ``profitable_only`` skips groups whose estimated effect is a slowdown
+    (:mod:`optimus.profit`). Raises ValueError for another mode."""
     passes = [pattern_pass("normalization_pass")]
     passes += [Pass(name, [REGISTRY[name]], description=REGISTRY[name].description,
-                    options=None if search is None else REGISTRY[name].options.replace(search=search))
+                    options=None if search is None and not profitable_only else REGISTRY[name].options.replace(
+                        **({} if search is None else {"search": search}), profitable_only=profitable_only))
                for name in BATCH_PASSES]
     passes.append(Pass("split_cat_cleanup", [REGISTRY[n] for n in CLEANUP_PATTERNS],
                        description="Remove identity stack/unbind and split/cat pairs left by the fusions."))
