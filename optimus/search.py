@@ -430,7 +430,7 @@ def independent_subsets(nodes: list[Node], index: GraphIndex, opts: SearchOption
 # ----------------------------------------------------------------------------- global search
 
 #: key classes of at most this many leftover members get an exact maximum anti-chain
-EXACT_LIMIT = 512
+EXACT_LIMIT = 256
 
 
 def member_depths(members: list[Node], index: GraphIndex) -> dict[Node, int]:
@@ -551,7 +551,7 @@ def chunks(group: list[Node], opts: SearchOptions) -> list[list[Node]]:
 def global_groups(members: list[Node], index: GraphIndex, opts: SearchOptions,
                   still: Callable[[Node], bool]) -> Iterator[list[Node]]:
     """Groups of mutually independent nodes of one key class (``members``, any order),
-    each of ``min_fuse_set_size`` to ``max_fuse_set_size`` nodes in graph order, until
+    each of ``min_fuse_set_size`` to ``max_fuse_set_size`` nodes, until
     no ``min_fuse_set_size`` independent members are left. The caller fuses each group
     before asking for the next; ``still(n)`` says whether ``n`` is still a member on the
     changed graph (alive, same key).
@@ -569,7 +569,8 @@ def global_groups(members: list[Node], index: GraphIndex, opts: SearchOptions,
     while len(left) >= opts.min_fuse_set_size:
         fused = False
         layers: dict[int, list[Node]] = {}
-        for n, d in member_depths(left, index).items():
+        depths = member_depths(left, index)
+        for n, d in depths.items():
             layers.setdefault(d, []).append(n)
         for d in sorted(layers):
             layer = layers[d]
@@ -585,6 +586,8 @@ def global_groups(members: list[Node], index: GraphIndex, opts: SearchOptions,
             return
         if fused:
             continue
+        if len(left) - max(depths.values()) < opts.min_fuse_set_size:  # nothing fused: depths still hold
+            return  # a chain through max+1 members: at most len - max of them are independent
         if len(left) <= EXACT_LIMIT:
             group = max_antichain(left, index)
         else:
