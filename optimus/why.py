@@ -123,7 +123,9 @@ class DryRun:
                 return n
         where = self._where(name)
         names = [n.name for n in self.before.graph.nodes if n.op != "placeholder"]
-        raise WhyError(f"no node {name!r} in the graph before step {self.step}{where}; nodes: {_names(names, 40)}")
+        graph = "the captured graph" if self.step == 1 else (
+            "the final graph" if self.step > len(self.steps) else f"the graph before step {self.step}")
+        raise WhyError(f"no node {name!r} in {graph}{where}; nodes: {_names(names, 40)}")
 
     def explain(self, name: str, patterns: list[str] | None = None) -> WhyReport:
         """Every pattern's verdict (those named in ``patterns``, else every pattern of an
