@@ -120,6 +120,8 @@ def cmd_bench(a) -> int:
         print(f"optimus: {e}", file=sys.stderr)
         return EXIT_INPUT
     print(r.table())
+    print(f"graph timed: {f'graph {a.graph} (0-based)' if a.graph is not None else 'the one with the most nodes'} "
+          "of the captured model (optimus run prints its graph breaks)")
     if a.json:
         Path(a.json).write_text(json.dumps(r.to_json(), indent=1))
     return 0

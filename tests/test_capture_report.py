@@ -99,3 +99,21 @@ def test_cli_capture_failure_is_exit_status_2(capsys, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["run", "loopy:build"]) == 2
     assert "outside any graph" in capsys.readouterr().err
+
+
+def test_cli_bench_times_the_graph_it_is_asked_for_and_says_which(capsys):
+    from optimus.cli import main
+    from tests.test_capture import Breaks  # two graphs, one graph break
+
+    import sys
+    import types
+
+    mod = types.ModuleType("breaks_model")
+    mod.build = lambda: (Breaks().eval(), (torch.randn(2, 4),))
+    sys.modules["breaks_model"] = mod
+    try:
+        assert main(["bench", "breaks_model:build", "--graph", "0", "--repeats", "3", "--passes", "batch_relu"]) == 0
+        assert "graph timed: graph 0 (0-based)" in capsys.readouterr().out
+        assert main(["bench", "breaks_model:build", "--graph", "7", "--repeats", "3"]) == 2
+    finally:
+        del sys.modules["breaks_model"]
