@@ -137,7 +137,7 @@ def _dynamo(model, inputs) -> tuple[list, list[str], int | None, list[str]]:
         return gm.forward
 
     torch._dynamo.reset()
-    counters.clear()
+    seen = dict(counters["unimplemented"])  # Dynamo's counters are global: read only what this run adds
     try:
         with torch.no_grad():
             torch.compile(model, backend=backend, dynamic=False)(*_copied(inputs))
@@ -146,9 +146,10 @@ def _dynamo(model, inputs) -> tuple[list, list[str], int | None, list[str]]:
                            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
     finally:
         torch._dynamo.reset()
-    eager = [_reason_text(r) for r in counters.get("unimplemented", {}) if "frame skipped" in r or "Skipping the frame" in r]
+    new = [r for r, k in counters["unimplemented"].items() if k > seen.get(r, 0)]
+    eager = [_reason_text(r) for r in new if "frame skipped" in r or "Skipping the frame" in r]
     dynamo_graphs, breaks = None, []
-    if len(graphs) > 1 or counters.get("unimplemented"):
+    if len(graphs) > 1 or new:
         dynamo_graphs, breaks = _explain(model, inputs)
     return graphs, breaks, dynamo_graphs, eager
 
