@@ -1,6 +1,7 @@
 """The ``optimus`` command.
 
     optimus run MODEL [--passes a,b] [--skip c,d] [--verify step|end|off] [--grads] [--trace out.json]
+                [--search global|upstream] [--profitable-only] [--estimate]
     optimus samples
     optimus passes
     optimus bench MODEL [--device cpu|cuda] [--mode inference|training] [--compile] [--against-upstream]
@@ -12,7 +13,7 @@
     optimus observe MODEL [--options JSON] [--verify step|off] [--trace out.json]
     optimus compare MODEL [--options JSON]
     optimus inspect TRACE.json NODE [--step N]
-    optimus why MODEL NODE
+    optimus why MODEL NODE [--step N] [--pattern P] [--search global|upstream]
     optimus app [--port N]
 
 MODEL is ``sample:NAME`` (``optimus run sample:recsys_towers``; ``optimus samples`` lists
@@ -64,11 +65,13 @@ def _passes_arg(text: str | None) -> list[str] | None:
 def cmd_run(a) -> int:
     from optimus.capture import CaptureError
     from optimus.engine import PatternError
+    from optimus.passes import default_pipeline
     from optimus.run import ModelSpecError, optimize
 
     try:
         res = optimize(a.model, passes=_passes_arg(a.passes), skip=_passes_arg(a.skip), verify=a.verify,
                        grads=a.grads, capture_method=a.capture, graph_index=a.graph,
+                       pipeline=default_pipeline(search=a.search, profitable_only=a.profitable_only),
                        on_capture=lambda c: print(c.summary(), file=sys.stderr))
     except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
@@ -80,6 +83,12 @@ def cmd_run(a) -> int:
     print(steps_table(t))
     print(f"\nnodes: {t.nodes_before} -> {t.nodes_after} in {len(t.steps)} steps "
           f"({', '.join(f'{p}: {len(t.steps_of_pass(p))}' for p in dict.fromkeys(s.pass_name for s in t.steps)) or 'nothing matched'})")
+    if t.steps and a.estimate:
+        from optimus.profit import pass_estimates
+
+        print("estimated effect per call (optimus.profit; CPU eager constants):")
+        for name, e in pass_estimates(t).items():
+            print(f"  {name:28s} {e.text()}")
     if t.final_verify is not None and t.final_verify.ok is not None:
         print(f"verify ({a.verify}): {_fmt_verify(t.final_verify)} {t.final_verify.message}".rstrip())
     if a.trace:
@@ -162,6 +171,8 @@ def cmd_bench(a) -> int:
         print(f"optimus: {e}", file=sys.stderr)
         return EXIT_PATTERN
     print(r.table())
+    print(f"graph timed: {f'graph {a.graph} (0-based)' if a.graph is not None else 'the one with the most nodes'} "
+          "of the captured model (optimus run prints its graph breaks)")
     if a.json:
         Path(a.json).write_text(json.dumps(r.to_json(), indent=1))
         print(f"result written to {a.json}")
@@ -183,37 +194,25 @@ def cmd_show(a) -> int:
 
 def cmd_why(a) -> int:
     from optimus.capture import CaptureError, capture
-    from optimus.pattern import BatchPattern, explain, get, group_size
+    from optimus.engine import PatternError
+    from optimus.passes import default_pipeline
     from optimus.run import ModelSpecError, load_model
+    from optimus.why import DryRun, WhyError
 
     try:
         model, inputs, _ = load_model(a.model)
-        gm = capture(model, inputs, method=a.capture).gm
-    except (ModelSpecError, CaptureError) as e:
+        gm = capture(model, inputs, method=a.capture, graph_index=a.graph).gm
+        pipe = default_pipeline(search=a.search)
+        if a.passes:
+            pipe = pipe.only(_passes_arg(a.passes))
+        report = DryRun(gm, pipe, a.step).explain(a.node, _passes_arg(a.pattern))
+    except (ModelSpecError, CaptureError, WhyError, KeyError, ValueError) as e:
+        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return EXIT_INPUT
+    except PatternError as e:
         print(f"optimus: {e}", file=sys.stderr)
-        return EXIT_INPUT
-    node = next((n for n in gm.graph.nodes if n.name == a.node), None)
-    if node is None:
-        names = [n.name for n in gm.graph.nodes if n.op != "placeholder"]
-        print(f"optimus: no node {a.node!r} in the captured graph; nodes: {', '.join(names[:40])}"
-              + (" ..." if len(names) > 40 else ""), file=sys.stderr)
-        return EXIT_INPUT
-    from optimus.record import target_name
-
-    print(f"{node.name} = {node.op} {target_name(node)}")
-    for name, reason in explain(node).items():
-        if reason is not None:
-            print(f"  {name:32s} no: {reason}")
-            continue
-        p = get(name)
-        if not isinstance(p, BatchPattern):
-            print(f"  {name:32s} matches here")
-            continue
-        size, need = group_size(p, node), p.options.min_fuse_set_size
-        verdict = (f"too few to fuse (needs {need})" if size < need else
-                   f"fuses if {need}+ of them are independent and all within "
-                   f"{p.options.max_fuse_search_depth} producer hops of one node")
-        print(f"  {name:32s} member: {size} node(s) share its group key; {verdict}")
+        return EXIT_PATTERN
+    print(report.text())
     return 0
 
 
@@ -443,6 +442,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--trace", help="write the trace JSON here")
     r.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
     r.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    r.add_argument("--search", choices=["global", "upstream"], default=None,
+                   help="how batch fusions find groups: global (default; every independent group of one key) "
+                   "or upstream (PyTorch's bounded search, for parity)")
+    r.add_argument("--profitable-only", action="store_true",
+                   help="skip fusions whose estimated effect per call is a slowdown (optimus.profit)")
+    r.add_argument("--estimate", action="store_true",
+                   help="print each pass's estimated effect per call (kernels saved, bytes copied)")
     r.set_defaults(fn=cmd_run)
     m = sub.add_parser("samples", help="list the sample models (MODEL sample:NAME)")
     m.set_defaults(fn=cmd_samples)
@@ -468,14 +474,24 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, default=None, help="torch CPU threads for the run (default: as is)")
     b.add_argument("--progress", action="store_true", help="show progress on stderr")
     b.add_argument("--json", help="write the result as JSON here")
+    b.add_argument("--graph", type=int, default=None,
+                   help="with graph breaks: which graph to time (0-based; default: the one with the most nodes)")
     b.set_defaults(fn=cmd_bench)
     s = sub.add_parser("show", help="print the steps of a saved trace")
     s.add_argument("trace")
     s.set_defaults(fn=cmd_show)
-    y = sub.add_parser("why", help="for one node of a model's graph, why each pattern does or does not apply")
+    y = sub.add_parser("why", help="for one node, what each pattern does with it in a dry run of the pipeline "
+                       "(fuses at step N with ..., or the reason it does not)")
     y.add_argument("model")
     y.add_argument("node", help="FX node name, e.g. linear_3")
+    y.add_argument("--step", type=int, default=None,
+                   help="explain the node in the graph before step N of the run (default: the captured graph)")
+    y.add_argument("--pattern", help="comma-separated pattern names to answer for (default: every pattern)")
+    y.add_argument("--passes", help="comma-separated pass names to enable (default: all)")
+    y.add_argument("--search", choices=["global", "upstream"], default=None,
+                   help="batch fusions' search (default: global; upstream: PyTorch's bounded search)")
     y.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
+    y.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
     y.set_defaults(fn=cmd_why)
     rp = sub.add_parser("repro", help="write a standalone script that replays one step of a trace and "
                         "checks it (no model code needed)")
@@ -539,7 +555,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except BrokenPipeError:  # the reader left (`optimus passes | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the flush at exit does not raise again
+        return 0
 
 
 if __name__ == "__main__":

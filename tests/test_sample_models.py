@@ -207,6 +207,9 @@ def test_registry_contents_and_order():
         "bert",
         "gpt2",
         "recsys_towers32",
+        "mmoe",
+        "twin_towers",
+        "deepfm",
     ]
     assert names() == expected
     assert list(REGISTRY) == names()

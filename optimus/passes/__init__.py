@@ -39,12 +39,20 @@ DEFAULT_SPLIT_CAT_PASSES = ["remove_split_with_size_one_pass", "merge_splits_pas
                             "move_reshape_out_of_split_stack_pass"]
 
 
-def default_pipeline() -> Pipeline:
+def default_pipeline(search: str | None = None, profitable_only: bool = False) -> Pipeline:
     """Upstream's order: ``normalization_pass``, every batch fusion (one pass each), then
     the split/cat cleanup that removes the identity stack/unbind and split/cat pairs the
-    fusions leave, then the split/cat passes of ``DEFAULT_SPLIT_CAT_PASSES``."""
+    fusions leave, then the split/cat passes of ``DEFAULT_SPLIT_CAT_PASSES``.
+
+    ``search`` ("global" or "upstream", see :class:`optimus.pattern.SearchOptions`)
+    overrides every batch fusion's search mode; None keeps each pattern's own (global).
+    ``profitable_only`` skips groups whose estimated effect is a slowdown
+    (:mod:`optimus.profit`). Raises ValueError for another mode."""
     passes = [pattern_pass("normalization_pass")]
-    passes += [Pass(name, [REGISTRY[name]], description=REGISTRY[name].description) for name in BATCH_PASSES]
+    passes += [Pass(name, [REGISTRY[name]], description=REGISTRY[name].description,
+                    options=None if search is None and not profitable_only else REGISTRY[name].options.replace(
+                        **({} if search is None else {"search": search}), profitable_only=profitable_only))
+               for name in BATCH_PASSES]
     passes.append(Pass("split_cat_cleanup", [REGISTRY[n] for n in CLEANUP_PATTERNS],
                        description="Remove identity stack/unbind and split/cat pairs left by the fusions."))
     passes += [pattern_pass(name) for name in DEFAULT_SPLIT_CAT_PASSES]
@@ -69,8 +77,9 @@ def upstream_pipeline(options: dict) -> Pipeline:
     first if present, then the batch fusions named in the dict (dict order), then the
     pattern passes (dict order).
 
-    Per-name options: a batch fusion's ``min_fuse_set_size`` / ``max_fuse_set_size`` /
-    ``max_fuse_search_depth`` override its search options; ``threshold_to_cat`` sets the
+    Batch fusions use upstream's bounded search (``search="upstream"``) unless an entry
+    says ``"search": "global"``. Per-name options: a batch fusion's ``min_fuse_set_size`` /
+    ``max_fuse_set_size`` / ``max_fuse_search_depth`` override its search options; ``threshold_to_cat`` sets the
     run length of the *_to_slices / _to_view / _to_cats passes. Keys the search does not
     use (``counter``, ``require_fbgemm``) are accepted and ignored: our passes run to a
     fixed point. A name upstream accepts without registering any pre-grad pattern in it
@@ -83,7 +92,7 @@ def upstream_pipeline(options: dict) -> Pipeline:
         opts = dict(opts or {})
         pattern = REGISTRY.get(name)
         if pattern is not None and pattern.kind == "batch":
-            batch_passes.append(Pass(name, [pattern], options=pattern.options.replace(**opts),
+            batch_passes.append(Pass(name, [pattern], options=pattern.options.replace(**{"search": "upstream", **opts}),
                                      description=pattern.description))
         elif name in PATTERN_PASSES:
             if name != "normalization_pass":
