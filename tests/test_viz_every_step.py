@@ -17,7 +17,7 @@ from optimus.run import optimize
 from optimus.trace import NodeRecord
 from sample_models.random_models import random_spec
 from sample_models.random_models import build as build_random
-from viz.graph import node_label, render_svg, snapshot_view, step_view
+from viz.graph import node_label, render_svg, render_view, snapshot_view, step_picture, step_view, trace_layout
 from viz.report import html_report
 
 try:  # the realistic samples need transformers
@@ -28,7 +28,8 @@ except ImportError:
     HAS_TRANSFORMERS = False
 
 #: each view option a user can pick, besides the defaults
-VIEW_OPTIONS = [dict(), dict(fold_params=False), dict(clusters=False), dict(full=True), dict(hops=1, max_nodes=20)]
+VIEW_OPTIONS = [dict(), dict(fold_params=False), dict(clusters=False), dict(full=True), dict(hops=1, max_nodes=20),
+                dict(fold=True), dict(fold=False)]
 
 
 def _samples():
@@ -44,6 +45,7 @@ def _draw_every_step(trace) -> int:
     drawn = 0
     if not trace.steps:
         assert "<svg" in render_svg(snapshot_view(trace, 0))
+    shared = trace_layout(trace)
     for i in range(1, len(trace.steps) + 1):
         for side in ("before", "after"):
             for opts in VIEW_OPTIONS:
@@ -52,6 +54,11 @@ def _draw_every_step(trace) -> int:
                 if not opts:
                     assert "<svg" in render_svg(view)
                 drawn += 1
+        for opts in VIEW_OPTIONS[:1] + VIEW_OPTIONS[5:]:  # before, after and diff on one layout
+            pic = step_picture(trace, i, layout=shared, **opts)
+            svgs = [render_view(v).svg for v in pic.views().values()]
+            assert all("<svg" in s for s in svgs) and "cannot label" not in "".join(svgs)
+            drawn += 3
     html = html_report(trace, include_plotlyjs=False)
     assert html.count("<svg") >= 2 * len(trace.steps)
     assert 'class="err"' not in html and "class='err'>Graphviz" not in html
