@@ -118,11 +118,11 @@ html,body{margin:0;height:100%;font-family:Helvetica,Arial,sans-serif}
 #bar{flex:none;white-space:nowrap}
 #bar button{font-size:12px;margin-left:4px;padding:2px 8px;border:1px solid #bbb;background:#fafafa;border-radius:4px;cursor:pointer}
 #panes{flex:1;display:flex;gap:6px;min-height:0;flex-direction:__DIRECTION__}
-.pane{flex:1;position:relative;overflow:hidden;cursor:grab;border:1px solid #e0e0e0;border-radius:6px;background:#fff;min-width:0;min-height:0}
+.pane{flex:1;display:flex;flex-direction:column;overflow:hidden;cursor:grab;border:1px solid #e0e0e0;border-radius:6px;
+  background:#fff;min-width:0;min-height:0}
 .pane.drag{cursor:grabbing}
-.pane h4{position:absolute;top:0;left:0;margin:0;padding:2px 8px;font-size:13px;background:rgba(255,255,255,.9);
-  border-bottom-right-radius:6px;z-index:2;pointer-events:none}
-.pane svg{width:100%;height:100%;display:block}
+.pane h4{flex:none;margin:0;padding:2px 8px;font-size:13px;border-bottom:1px solid #eee;background:#fafafa}
+.pane svg{flex:1;width:100%;min-height:0;display:block}
 #hint{font-size:11px;color:#888;padding:2px 4px;flex:none}
 </style></head><body><div id="page"><div id="top"><div id="legend">__LEGEND__</div><div id="bar">
 <button id="fs" title="Zoom to the nodes the step matched and created">fit step</button>
@@ -158,11 +158,14 @@ function focusBox(){
   });
   return isFinite(x0) ? {x: x0, y: y0, w: x1 - x0, h: y1 - y0} : null;
 }
+function clamp(c, len, lo, span){  // keep the view inside the drawing where it is larger than the view
+  return len >= span ? lo + span / 2 - len / 2 : Math.min(Math.max(c - len / 2, lo), lo + span - len);
+}
 function fit(box, pad, maxS, minS){
   const s0 = size();
   const s = Math.max(Math.min(s0.W / (box.w + 2 * pad), s0.H / (box.h + 2 * pad), maxS), minS || 0);
   const w = s0.W / s, h = s0.H / s;
-  set({x: box.x + box.w / 2 - w / 2, y: box.y + box.h / 2 - h / 2, w: w, h: h});
+  set({x: clamp(box.x + box.w / 2, w, ALL.x, ALL.w), y: clamp(box.y + box.h / 2, h, ALL.y, ALL.h), w: w, h: h});
 }
 function fitFocus(){ const b = focusBox(); fit(b || ALL, b ? 30 : 8, 1.5 * SCALE, b ? 1.0 * SCALE : 0); }
 function zoom(f, px, py){
@@ -217,7 +220,7 @@ def panes_html(panes: list[tuple[str, str]], focus=(), legend=(), notes=(), stac
     in the browser's session storage under this key, so the next step opens where the
     user left off (its untouched nodes are at the same coordinates). ``stacked`` puts
     the panes one above the other."""
-    parts = [f'<div class="pane"><h4>{html.escape(t)}</h4>{_svg_body(s)}</div>' for t, s in panes]
+    parts = [f'<div class="pane">{f"<h4>{html.escape(t)}</h4>" if t else ""}{_svg_body(s)}</div>' for t, s in panes]
     sync = "the panes move together" if len(panes) > 1 else "fit step returns to the change"
     return (_PANES.replace("__DIRECTION__", "column" if stacked else "row")
             .replace("__LEGEND__", _legend_html(legend, notes)).replace("__PANES__", "".join(parts))
