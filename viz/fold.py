@@ -15,8 +15,6 @@ representative) with an "×k" badge and lists the members on hover.
 """
 from __future__ import annotations
 
-import json
-
 from optimus.trace import GraphSnapshot, NodeRecord, arg_text
 
 #: a class folds when it has at least this many members
@@ -25,8 +23,8 @@ MIN_K = 3
 
 def _consts(rec: NodeRecord) -> str:
     """The node's non-node arguments as text (a getitem's index left out)."""
-    args = rec.args[:1] if rec.short_target == "getitem" else rec.args
-    parts = [arg_text(a) for a in args if not (isinstance(a, dict) and set(a) == {"node"})]
+    args = rec.args[:1] if rec.target.endswith("getitem") else rec.args
+    parts = [arg_text(a) for a in args if not (isinstance(a, dict) and "node" in a and len(a) == 1)]
     parts += [f"{k}={arg_text(v)}" for k, v in sorted(rec.kwargs.items())]
     return "|".join(parts)
 
@@ -50,7 +48,7 @@ def parallel_classes(snap: GraphSnapshot, names: list[str], mark_of: dict[str, t
         c = colour.get(n)
         if c is None:
             r = snap.nodes.get(n)
-            c = cid(("outside", r.op if r else "?", json.dumps(r.shape) if r else "", r.dtype if r else ""))
+            c = colour[n] = cid(("outside", r.op if r else "?", repr(r.shape) if r else "", r.dtype if r else ""))
         return c
 
     members: dict[int, list[str]] = {}
@@ -59,7 +57,7 @@ def parallel_classes(snap: GraphSnapshot, names: list[str], mark_of: dict[str, t
         if r.op in ("placeholder", "output"):
             c = cid(("unique", n))
         else:
-            c = cid((r.op, r.target, json.dumps(r.shape), r.dtype, _consts(r), mark_of.get(n, ()),
+            c = cid((r.op, r.target, repr(r.shape), r.dtype, _consts(r) if r.args or r.kwargs else "", mark_of.get(n, ()),
                      tuple(colour_of(i) for i in r.inputs)))
         colour[n] = c
         members.setdefault(c, []).append(n)
