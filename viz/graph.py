@@ -341,9 +341,54 @@ class Drawn:
     folded_params: int = 0
     hops: int | None = None
     fold_s: float = 0.0
+    select_s: float = 0.0
 
     def count(self, n: str) -> int:
         return len(self.members.get(n, (n,)))
+
+
+#: a marked view of a graph with more nodes than this is drawn from a region around the marks
+#: (grown at most ``REGION_FACTOR`` × ``max_nodes`` nodes before folding), so its cost follows
+#: the region, not the graph: at 85,000 nodes a whole-graph pass costs more than the 0.1 s budget
+LOCAL_ABOVE = 3000
+REGION_FACTOR = 12
+
+
+def _region(snap: GraphSnapshot, seeds: list[str], marked: set[str], hops: int, cap: int,
+            fold_params: bool) -> tuple[list[str], set[str], int]:
+    """The seeds and their ``hops``-hop neighbourhood, grown hop by hop while it stays
+    within ``cap`` nodes; parameter placeholders are not walked through (they fold into
+    their users). Returns (region in graph order, folded parameters met, parameters in
+    the whole graph)."""
+    users = snap.users()
+    nodes = snap.nodes
+    n_params = sum(1 for r in nodes.values() if r.op in ("placeholder", "get_attr") and is_param(r)) if fold_params else 0
+
+    def folded(n: str) -> bool:
+        return fold_params and n not in marked and is_param(nodes[n])
+
+    keep = set(seeds)
+    params: set[str] = set()
+    frontier = set(seeds)
+    for _ in range(hops):
+        nxt = set()
+        for n in frontier:
+            for m in nodes[n].inputs:
+                if m in nodes:
+                    nxt.add(m)
+            nxt.update(users.get(n, ()))
+        nxt -= keep
+        met = {n for n in nxt if folded(n)}
+        params |= met
+        nxt -= met
+        if not nxt or len(keep) + len(nxt) > cap:
+            break
+        keep |= nxt
+        frontier = nxt
+    params |= {i for n in keep for i in nodes[n].inputs if i in nodes and i not in keep and folded(i)}
+    index = {n: i for i, n in enumerate(nodes)} if len(keep) * 20 < len(nodes) else None
+    order = sorted(keep, key=index.__getitem__) if index is not None else [n for n in nodes if n in keep]
+    return order, params, n_params
 
 
 def _mark_key(marks: Marks, n: str) -> tuple:
@@ -359,11 +404,19 @@ def drawn_graph(snap: GraphSnapshot, marks: Marks | None = None, hops: int = HOP
     hop would pass ``max_nodes`` drawn nodes (without marks: the first ``max_nodes``)."""
     marks = marks or Marks()
     marked = marks.names()
-    params = {n for n, r in snap.nodes.items() if fold_params and n not in marked and is_param(r)}
-    names = [n for n in snap.nodes if n not in params]
+    seeds = [n for n in marked if n in snap.nodes]
+    t_sel = time.perf_counter()
+    if not full and seeds and len(snap) > LOCAL_ABOVE:
+        names, params, n_params = _region(snap, seeds, marked, hops, max_nodes * REGION_FACTOR, fold_params)
+    else:
+        params = {n for n, r in snap.nodes.items() if fold_params and n not in marked and is_param(r)}
+        names = [n for n in snap.nodes if n not in params]
+        n_params = len(params)
+    inside = set(names)
+    sel_s = time.perf_counter() - t_sel
     t0 = time.perf_counter()
     if fold is None:
-        fold = len(names) > FOLD_ABOVE
+        fold = len(snap) - n_params > FOLD_ABOVE
     rep = parallel_classes(snap, names, {n: _mark_key(marks, n) for n in marked}) if fold else {}
     members: dict[str, list[str]] = {}
     for n in names:
@@ -372,11 +425,9 @@ def drawn_graph(snap: GraphSnapshot, marks: Marks | None = None, hops: int = HOP
     if fold:
         q_inputs = {}
         for r, ms in members.items():
-            q_inputs[r] = list(dict.fromkeys(rep.get(i, i) for m in ms for i in snap.nodes[m].inputs
-                                             if i not in params and i in snap.nodes))
+            q_inputs[r] = list(dict.fromkeys(rep.get(i, i) for m in ms for i in snap.nodes[m].inputs if i in inside))
     else:
-        q_inputs = {n: [i for i in dict.fromkeys(snap.nodes[n].inputs) if i not in params and i in snap.nodes]
-                    for n in names}
+        q_inputs = {n: [i for i in dict.fromkeys(snap.nodes[n].inputs) if i in inside] for n in names}
     used_hops: int | None = None
     if full or len(members) <= max_nodes:
         shown = set(members)
@@ -401,12 +452,14 @@ def drawn_graph(snap: GraphSnapshot, marks: Marks | None = None, hops: int = HOP
         for m in members[r]:
             for i in dict.fromkeys(snap.nodes[m].inputs):
                 ri = rep.get(i, i)
-                if ri in shown and i not in params:
+                if ri in shown and i in inside:
                     mult[(ri, r)] = mult.get((ri, r), 0) + 1
-    n_params = {r: sum(1 for i in dict.fromkeys(snap.nodes[r].inputs) if i in params) for r in order}
-    elided = len(names) - sum(len(members[r]) for r in order)
+    per_node = {r: sum(1 for i in dict.fromkeys(snap.nodes[r].inputs) if i in params) for r in order}
+    elided = len(snap) - n_params - sum(len(members[r]) for r in order)
+    if used_hops is None and elided:  # a local region: how far it reached
+        used_hops = hops
     return Drawn(order, {r: snap.nodes[r] for r in order}, {r: members[r] for r in order if len(members[r]) > 1},
-                 inputs, mult, n_params, len(snap), elided, len(params), used_hops, fold_s)
+                 inputs, mult, per_node, len(snap), elided, n_params, used_hops, fold_s, sel_s)
 
 
 def _cluster_key(module: str | None) -> str | None:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 #: seconds ``dot`` may spend on one layout before the layered fallback is used
-LAYOUT_BUDGET_S = 2.0
+LAYOUT_BUDGET_S = 1.2
 #: points per inch (Graphviz sizes nodes in inches, positions in points)
 PT = 72.0
 
