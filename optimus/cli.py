@@ -177,6 +177,13 @@ def cmd_app(a) -> int:
     return subprocess.call(cmd, env=env)
 
 
+def cmd_report(a) -> int:
+    """Write the HTML report of a saved trace. The drawing lives in ``viz`` (which ``optimus``
+    does not import), so this runs ``python -m viz``; its exit status (2: bad input) is ours."""
+    cmd = [sys.executable, "-m", "viz", a.trace, "-o", a.output, "--hops", str(a.hops)]
+    return subprocess.call(cmd, cwd=os.getcwd())
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="optimus", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -209,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("node", help="FX node name, e.g. linear_3")
     y.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
     y.set_defaults(fn=cmd_why)
+    o = sub.add_parser("report", help="write a self-contained HTML report of a saved trace (before/after and diff "
+                       "of every step, left/right keys between steps)")
+    o.add_argument("trace", help="trace JSON written by `optimus run --trace` or the app")
+    o.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    o.add_argument("--hops", type=int, default=2, help="neighbourhood hops of big graphs' views (default 2)")
+    o.set_defaults(fn=cmd_report)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)
     w.add_argument("--model", help="sample model selected first, e.g. sample:bert (default sample:recsys_towers)")

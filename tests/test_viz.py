@@ -212,7 +212,7 @@ def test_render_svg_reports_dot_syntax_errors():
 
 def test_viewer_page_embeds_the_svg_and_zooms_to_the_focus_nodes():
     page = viz.svg_viewer_html(viz.render_svg(viz.step_view(five_linears_trace(), 1, "before")), ["linear_0", "linear_4"])
-    assert '["linear_0", "linear_4"]' in page and "<svg" in page and "fit sites" in page
+    assert '["linear_0", "linear_4"]' in page and "<svg" in page and "fit step" in page
     assert not re.search(r'<svg width="\d', page)
 
 
@@ -258,10 +258,15 @@ def test_step_facts_name_pattern_provenance_verify_and_times():
     assert viz.verify_text(t.step(2).verify).startswith("FAILED")
 
 
-def test_html_report_draws_every_step_before_and_after():
-    html = viz.html_report(five_linears_trace(), catalogue=[], include_plotlyjs=False, bench=bench())
-    assert html.count("<svg") == 4 and "id='step-1'" in html and "id='step-2'" in html
-    assert GROUP_COLOURS[0] in html and "Speedup vs baseline" in html
+def test_html_report_stores_each_steps_before_after_and_diff_once_and_navigates_by_keys():
+    html = viz.html_report(five_linears_trace(), catalogue=[], bench=bench())
+    svgs = viz.report.embedded_svgs(html)
+    assert sorted(svgs) == ["1", "2"] and all(sorted(d) == ["after", "before", "diff"] for d in svgs.values())
+    assert GROUP_COLOURS[0] in svgs["1"]["before"] and "linear_0&#45;&gt;getitem_0" in svgs["1"]["diff"]
+    assert "id='step-1'" in html and "id='step-2'" in html and "ArrowRight" in html and "ArrowLeft" in html
+    assert html.count("function lensMount") == 1 and "<script src" not in html  # one copy, nothing fetched
+    assert "Nodes after each step" in html and "Per-pass timing" in html
+    assert 'href="#step-2"' in html  # chart points link to their step
 
 
 def test_views_of_a_recorded_run_highlight_every_step_site():
@@ -360,3 +365,17 @@ def test_small_traces_get_one_layout_for_every_step():
     one, two = viz.step_picture(t, 1, layout=shared), viz.step_picture(t, 2, layout=shared)
     assert one.layout is shared and two.layout is shared  # 'cat' sits at the same place in steps 1 and 2
     assert _node_boxes(viz.render_view(one.after).svg)["cat"] == _node_boxes(viz.render_view(two.before).svg)["cat"]
+
+
+def test_optimus_report_writes_one_html_file_and_rejects_a_bad_trace(tmp_path):
+    trace = tmp_path / "t.json"
+    five_linears_trace().save(trace)
+    out = tmp_path / "r.html"
+    run = [sys.executable, "-m", "optimus", "report", str(trace), "-o", str(out)]
+    done = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "2 steps" in done.stdout and sorted(viz.report.embedded_svgs(out.read_text())) == ["1", "2"]
+    (tmp_path / "bad.json").write_text("{not json")
+    bad = subprocess.run([*run[:4], str(tmp_path / "bad.json"), "-o", str(tmp_path / "x.html")],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "cannot read" in bad.stderr and not (tmp_path / "x.html").exists()

@@ -34,6 +34,7 @@ import graphviz
 
 from optimus.trace import GraphSnapshot, NodeRecord, Step, Trace, arg_text
 from viz.fold import parallel_classes
+from viz.index import users_at
 from viz.layout import (LAYOUT_BUDGET_S, Layout, RenderError, anchors, bounded_layout, dot_limits, draw_pinned,
                         layered_layout)
 
@@ -354,15 +355,20 @@ LOCAL_ABOVE = 3000
 REGION_FACTOR = 12
 
 
-def _region(snap: GraphSnapshot, seeds: list[str], marked: set[str], hops: int, cap: int,
-            fold_params: bool) -> tuple[list[str], set[str], int]:
+def _region(snap: GraphSnapshot, seeds: list[str], marked: set[str], hops: int, cap: int, fold_params: bool,
+            users: dict | None = None, n_params: int | None = None) -> tuple[list[str], set[str], int]:
     """The seeds and their ``hops``-hop neighbourhood, grown hop by hop while it stays
     within ``cap`` nodes; parameter placeholders are not walked through (they fold into
-    their users). Returns (region in graph order, folded parameters met, parameters in
-    the whole graph)."""
-    users = snap.users()
+    their users). ``users``/``n_params``: the graph's users index and parameter count
+    (:func:`viz.index.users_at`); computed here, O(graph), when not given. Returns
+    (region in topological order, folded parameters met, parameters in the whole graph)."""
     nodes = snap.nodes
-    n_params = sum(1 for r in nodes.values() if r.op in ("placeholder", "get_attr") and is_param(r)) if fold_params else 0
+    if users is None:
+        users = snap.users()
+    if n_params is None:
+        n_params = sum(1 for r in nodes.values() if is_param(r))
+    if not fold_params:
+        n_params = 0
 
     def folded(n: str) -> bool:
         return fold_params and n not in marked and is_param(nodes[n])
@@ -386,9 +392,37 @@ def _region(snap: GraphSnapshot, seeds: list[str], marked: set[str], hops: int, 
         keep |= nxt
         frontier = nxt
     params |= {i for n in keep for i in nodes[n].inputs if i in nodes and i not in keep and folded(i)}
-    index = {n: i for i, n in enumerate(nodes)} if len(keep) * 20 < len(nodes) else None
-    order = sorted(keep, key=index.__getitem__) if index is not None else [n for n in nodes if n in keep]
-    return order, params, n_params
+    return _topo_order(nodes, keep), params, n_params
+
+
+def _natural(name: str) -> tuple:
+    """Sort key: ``linear_12`` after ``linear_2``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def _topo_order(nodes: dict[str, NodeRecord], keep: set[str]) -> list[str]:
+    """``keep`` in an order where every node comes after its inputs (Kahn's algorithm,
+    ties in natural name order, so tower 2 comes before tower 10)."""
+    import heapq
+
+    deps = {n: {i for i in nodes[n].inputs if i in keep and i != n} for n in keep}
+    users: dict[str, list[str]] = {}
+    for n, ds in deps.items():
+        for i in ds:
+            users.setdefault(i, []).append(n)
+    ready = [(_natural(n), n) for n, ds in deps.items() if not ds]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        _, n = heapq.heappop(ready)
+        out.append(n)
+        for u in users.get(n, ()):
+            deps[u].discard(n)
+            if not deps[u]:
+                heapq.heappush(ready, (_natural(u), u))
+    if len(out) < len(keep):  # a cycle cannot happen in an FX graph; keep every node anyway
+        out += sorted(keep - set(out), key=_natural)
+    return out
 
 
 def _mark_key(marks: Marks, n: str) -> tuple:
@@ -396,18 +430,23 @@ def _mark_key(marks: Marks, n: str) -> tuple:
 
 
 def drawn_graph(snap: GraphSnapshot, marks: Marks | None = None, hops: int = HOPS, max_nodes: int = MAX_NODES,
-                full: bool = False, fold_params: bool = True, fold: bool | None = None) -> Drawn:
+                full: bool = False, fold_params: bool = True, fold: bool | None = None,
+                users: dict | None = None, n_params: int | None = None) -> Drawn:
     """Choose what to draw of ``snap``: parameter placeholders folded into their users
     (``fold_params``; marked ones stay), parallel copies folded into "×k" classes
     (``fold``; None: when more than :data:`FOLD_ABOVE` nodes are drawable), then — unless
     ``full`` — the marked classes and their ``hops``-hop neighbourhood, stopping before a
-    hop would pass ``max_nodes`` drawn nodes (without marks: the first ``max_nodes``)."""
+    hop would pass ``max_nodes`` drawn nodes (without marks: the first ``max_nodes``).
+    Above :data:`LOCAL_ABOVE` nodes a marked view works on a region around the marks
+    (:func:`_region`; ``users``/``n_params`` from :func:`viz.index.users_at` keep it
+    O(region))."""
     marks = marks or Marks()
     marked = marks.names()
     seeds = [n for n in marked if n in snap.nodes]
     t_sel = time.perf_counter()
     if not full and seeds and len(snap) > LOCAL_ABOVE:
-        names, params, n_params = _region(snap, seeds, marked, hops, max_nodes * REGION_FACTOR, fold_params)
+        names, params, n_params = _region(snap, seeds, marked, hops, max_nodes * REGION_FACTOR, fold_params,
+                                          users, n_params)
     else:
         params = {n for n, r in snap.nodes.items() if fold_params and n not in marked and is_param(r)}
         names = [n for n in snap.nodes if n not in params]
@@ -644,7 +683,8 @@ def _node_attrs(rec: NodeRecord, marks: Marks, params: int, members: list[str] |
 
 def graph_view(snap: GraphSnapshot, marks: Marks | None = None, title: str = "", hops: int = HOPS,
                max_nodes: int = MAX_NODES, full: bool = False, fold_params: bool = True,
-               clusters: bool = True, legend_in_graph: bool = True, fold: bool | None = None) -> GraphView:
+               clusters: bool = True, legend_in_graph: bool = True, fold: bool | None = None,
+               users: dict | None = None, n_params: int | None = None) -> GraphView:
     """Build the DOT view of ``snap`` with ``marks`` highlighted.
 
     What is drawn is :func:`drawn_graph` (parameter folding, parallel-copy folding, the
@@ -656,7 +696,7 @@ def graph_view(snap: GraphSnapshot, marks: Marks | None = None, title: str = "",
     """
     marks = marks or Marks()
     t0 = time.perf_counter()
-    d = drawn_graph(snap, marks, hops, max_nodes, full, fold_params, fold)
+    d = drawn_graph(snap, marks, hops, max_nodes, full, fold_params, fold, users, n_params)
     g, legend, notes = emit(d, marks, title, clusters, legend_in_graph)
     return _view(g, title, d, marks, legend, notes, time.perf_counter() - t0)
 
@@ -730,9 +770,11 @@ def step_view(trace: Trace, index: int, side: str, **kw) -> GraphView:
     Keyword arguments go to :func:`graph_view` (hops, max_nodes, full, fold_params,
     clusters). Raises IndexError for a step the trace does not have."""
     step = trace.step(index)
-    snap = trace.before(index) if side == "before" else trace.after(index)
+    k = index - 1 if side == "before" else index
+    snap = trace.graph_at(k) if side in ("before", "after") else trace.before(index)
     title = f"{side} step {index}: {step.pattern} ({step.pass_name}) — {len(snap)} nodes"
-    return graph_view(snap, step_marks(step, side), title=title, **kw)
+    users, n_params = _index(trace, k, snap)
+    return graph_view(snap, step_marks(step, side), title=title, users=users, n_params=n_params, **kw)
 
 
 def pass_view(trace: Trace, pass_name: str, side: str, **kw) -> GraphView:
@@ -832,6 +874,21 @@ def _rep_map(d: Drawn) -> dict[str, str]:
 STABLE_MAX = 300
 
 
+def _index(trace: Trace, k: int, snap: GraphSnapshot) -> tuple[dict | None, int | None]:
+    """(users index, parameter count) of a big graph from the trace's running index
+    (:func:`viz.index.users_at`); (None, None) for a small one (computed when needed)."""
+    if len(snap) <= LOCAL_ABOVE:
+        return None, None
+    return users_at(trace, k, snap, is_param)
+
+
+def _drawable(snap: GraphSnapshot, n_params: int | None, fold_params: bool) -> int:
+    """Nodes a view of ``snap`` can draw: all but the folded parameter placeholders."""
+    if not fold_params:
+        return len(snap)
+    return len(snap) - (n_params if n_params is not None else sum(1 for r in snap.nodes.values() if is_param(r)))
+
+
 def trace_layout(trace: Trace, max_nodes: int = MAX_NODES, fold_params: bool = True, clusters: bool = True,
                  budget_s: float = LAYOUT_BUDGET_S) -> Layout | None:
     """One layout for every step of a small trace, so consecutive steps keep every node
@@ -892,12 +949,13 @@ def step_picture(trace: Trace, index: int, hops: int = HOPS, max_nodes: int = MA
     step = trace.step(index)
     before, after = trace.before(index), trace.after(index)
     mb, ma = step_marks(step, "before"), step_marks(step, "after")
+    ib = _index(trace, index - 1, before)  # the running index moves on to the after side below: use it first
     if fold is None:
-        fold = max(len(before), len(after)) > FOLD_ABOVE and max(
-            sum(1 for r in s.nodes.values() if not (fold_params and is_param(r))) for s in (before, after)) > FOLD_ABOVE
+        n_params = len(before) - _drawable(before, ib[1], fold_params)
+        fold = max(len(before), len(after)) - n_params > FOLD_ABOVE
     t0 = time.perf_counter()
-    db = drawn_graph(before, mb, hops, max_nodes, full, fold_params, fold)
-    da = drawn_graph(after, ma, hops, max_nodes, full, fold_params, fold)
+    db = drawn_graph(before, mb, hops, max_nodes, full, fold_params, fold, *ib)
+    da = drawn_graph(after, ma, hops, max_nodes, full, fold_params, fold, *_index(trace, index, after))
     changes = _step_changes(step, before, after, da)
     du = _union(db, da)
     md = Marks(groups=dict(mb.groups), group_labels=list(mb.group_labels), erased=set(mb.erased),
