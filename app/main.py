@@ -221,6 +221,9 @@ def graph_options(n_nodes: int) -> dict:
                                  f"one fusion) once, with '… ×k'. auto: above {viz.FOLD_ABOVE} drawn nodes.")
     clusters = st.checkbox("Module boxes", value=True, key="clusters",
                            help="Box the nodes of one module (from nn_module_stack) together.")
+    modules = st.checkbox("Fold modules", value=False, key="fold_modules",
+                          help="Draw each module the step did not touch (from nn_module_stack) as one node with its "
+                               "node count; untick to unfold them.")
     keep = st.checkbox("Keep positions across steps", value=True, key="keep_positions",
                        help=f"Small traces (up to {viz.graph.STABLE_MAX} distinct nodes): one layout for every "
                             "step, so scrubbing moves only what changed. Off: each step's before and after get "
@@ -229,7 +232,7 @@ def graph_options(n_nodes: int) -> dict:
                        help=f"Draw every node (offered up to {FULL_VIEW_LIMIT:,} nodes; layout is bounded "
                             f"to {viz.layout.LAYOUT_BUDGET_S:g} s, then a simpler layered layout is used).")
     height = st.number_input("Graph height (px)", 300, 2000, 560, step=20, key="graph_height")
-    return {"hops": int(hops), "fold_params": fold, "clusters": clusters,
+    return {"hops": int(hops), "fold_params": fold, "clusters": clusters, "modules": modules,
             "fold": {"auto": None, "on": True, "off": False}[parallel], "keep": keep,
             "full": bool(full) and n_nodes <= FULL_VIEW_LIMIT, "height": int(height)}
 
@@ -291,7 +294,7 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
         st.caption(f"Whole pass: each side laid out on its own. Before: {_drawn_note(views[0])}. "
                    f"After: {_drawn_note(views[1])}.")
         return
-    keep = opts.pop("keep")
+    keep = opts.pop("keep") and not opts["modules"]
     key = tuple(sorted(opts.items()))
     try:
         shared = None if not keep else _cached(

@@ -6,14 +6,16 @@ Towers graphs are :func:`benchmarks.search_scale.build_towers` (128 towers, Dyna
 FX graphs with lifted parameters; the graph grows in depth, so every fused group has 128
 members at every size), optimised with recording on. For every step (or ``--max-steps``
 of them, evenly spaced) :func:`viz.step_picture` builds the before, after and diff views
-on one layout with the app's default options, and the worst step is reported:
+on one layout with the app's default options, and the worst step (and the median of the
+DOT build and render times) is reported:
 
 * ``fold_s``: folding parallel copies (both sides),
 * ``dot_build_s``: building the views' DOT (selection, labels, union), folding and the
   trace's graph rebuild excluded,
 * ``render_s``: laying out the union (bounded ``dot``) and drawing the before and after
   panes with ``neato -n2``,
-* ``rebuild_s``: ``Trace.before(i)`` + ``Trace.after(i)``,
+* ``rebuild_s``: ``Trace.before(i)`` + ``Trace.after(i)``; ``index_s``: moving the users
+  index along the step's delta (:mod:`viz.index`),
 * ``drawn``: the most nodes any view of any step drew; ``fallback_steps``: steps whose
   layout used the layered fallback; ``index_build_s``: the one-off users index built when
   a trace is opened (:mod:`viz.index`; steps then move it along their deltas).
@@ -29,7 +31,9 @@ offers), each built, laid out and drawn (``render_s`` includes the fallback when
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -52,27 +56,33 @@ from viz.layout import draw_pinned  # noqa: E402
 
 
 def towers_trace(nodes: int) -> Trace:
+    """The recorded trace of optimising a towers graph of about ``nodes`` FX nodes. The FX
+    graph and its FakeTensors are dropped and what is left is frozen out of the cycle
+    collector (``gc.freeze``), as in a viewer that opened the trace: otherwise a full
+    collection of the optimiser's heap (1-2 s at 21k nodes) lands in whichever step it
+    interrupts."""
     towers, layers = shape_for(nodes)
     gm, inputs = build_towers(towers, layers)
-    return Engine(gm, inputs, default_pipeline(), RunOptions(verify="off", record=True)).run()
+    trace = Engine(gm, inputs, default_pipeline(), RunOptions(verify="off", record=True)).run()
+    del gm, inputs
+    gc.collect()
+    gc.freeze()
+    return trace
 
 
 def step_times(trace: Trace, index: int) -> dict:
-    """Seconds to rebuild, fold, build the DOT of and lay out / draw step ``index``'s picture."""
-    t0 = time.perf_counter()
-    trace.before(index), trace.after(index)
-    rebuild = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    """Seconds per phase of step ``index``'s picture (:attr:`viz.graph.StepPicture.timings`),
+    and of drawing its before and after panes."""
     pic = step_picture(trace, index)
-    total = time.perf_counter() - t0
-    fold = pic.before.fold_s + pic.after.fold_s
     t0 = time.perf_counter()
     for v in (pic.before, pic.after):
         draw_pinned(v.source)
     draw = time.perf_counter() - t0
-    return {"rebuild_s": rebuild, "fold_s": fold, "dot_build_s": max(0.0, total - rebuild - fold - pic.layout.seconds),
-            "render_s": pic.layout.seconds + draw, "drawn": max(v.shown for v in pic.views().values()),
-            "fallback": pic.layout.method == "layered", "sites": len(trace.step(index).sites)}
+    tm = pic.timings
+    return {"rebuild_s": tm["rebuild_s"], "index_s": tm["index_s"], "fold_s": tm["fold_s"],
+            "dot_build_s": tm["dot_build_s"], "render_s": tm["layout_s"] + draw,
+            "drawn": max(v.shown for v in pic.views().values()), "fallback": pic.layout.method == "layered",
+            "sites": len(trace.step(index).sites)}
 
 
 def measure_towers(nodes: int, max_steps: int | None) -> dict:
@@ -87,9 +97,10 @@ def measure_towers(nodes: int, max_steps: int | None) -> dict:
     users_at(trace, 0, trace.graph_at(0), is_param)  # once per trace, when it is opened
     index_s = time.perf_counter() - t0
     rows = [step_times(trace, i) for i in idx]
-    worst = {k: max(r[k] for r in rows) for k in ("rebuild_s", "fold_s", "dot_build_s", "render_s", "drawn")}
+    worst = {k: max(r[k] for r in rows) for k in ("rebuild_s", "index_s", "fold_s", "dot_build_s", "render_s", "drawn")}
+    med = {f"median_{k}": statistics.median(r[k] for r in rows) for k in ("dot_build_s", "render_s")}
     return {"graph": "towers", "nodes": trace.nodes_before, "steps": n, "steps_measured": len(idx),
-            **{k: round(v, 4) if isinstance(v, float) else v for k, v in worst.items()},
+            **{k: round(v, 4) if isinstance(v, float) else v for k, v in {**worst, **med}.items()},
             "fallback_steps": sum(r["fallback"] for r in rows), "widest_fusion": max(r["sites"] for r in rows),
             "index_build_s": round(index_s, 4), "build_and_optimise_s": round(built, 2)}
 

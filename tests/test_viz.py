@@ -379,3 +379,25 @@ def test_optimus_report_writes_one_html_file_and_rejects_a_bad_trace(tmp_path):
     bad = subprocess.run([*run[:4], str(tmp_path / "bad.json"), "-o", str(tmp_path / "x.html")],
                          capture_output=True, text=True, cwd=tmp_path)
     assert bad.returncode == 2 and "cannot read" in bad.stderr and not (tmp_path / "x.html").exists()
+
+
+def towers_snapshot(k: int = 6) -> GraphSnapshot:
+    """x -> k towers (linear -> relu -> linear, module towers.i) -> cat."""
+    nodes = [rec("l_x_", "placeholder", "L_x_")]
+    for i in range(k):
+        m = f"towers.{i}"
+        nodes += [rec(f"a{i}", inputs=["l_x_"], module=f"{m}.fc1"), rec(f"r{i}", "call_function", "torch.relu",
+                  inputs=[f"a{i}"], module=f"{m}.act"), rec(f"b{i}", inputs=[f"r{i}"], module=f"{m}.fc2")]
+    nodes.append(rec("cat", target="torch.cat", inputs=[f"b{i}" for i in range(k)], shape=(4, 8 * k)))
+    return GraphSnapshot(nodes)
+
+
+def test_modules_fold_into_one_node_with_their_node_count_and_parallel_towers_into_one():
+    snap = towers_snapshot(6)
+    v = graph_view(snap, viz.Marks(groups={"cat": 0}), modules=True, fold=False)
+    assert v.shown == 8 and v.elided == 0  # x, six tower nodes, cat
+    assert "towers.3 (3 nodes)" in node_line(v.source, "module:towers.3")
+    both = graph_view(snap, viz.Marks(groups={"cat": 0}), modules=True, fold=True)
+    assert both.shown == 3 and "towers.0 (3 nodes) … ×6" in node_line(both.source, "module:towers.0")
+    marked = graph_view(snap, viz.Marks(groups={"r2": 0}), modules=True, fold=False)
+    assert "module:towers.2" not in marked.source and "r2" in marked.source  # a module the step touched stays open

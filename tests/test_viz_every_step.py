@@ -31,7 +31,7 @@ except ImportError:
 
 #: each view option a user can pick, besides the defaults
 VIEW_OPTIONS = [dict(), dict(fold_params=False), dict(clusters=False), dict(full=True), dict(hops=1, max_nodes=20),
-                dict(fold=True), dict(fold=False)]
+                dict(fold=True), dict(fold=False), dict(modules=True)]
 
 
 def _samples():

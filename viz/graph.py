@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections import ChainMap
 from dataclasses import dataclass, field, replace
 
 import graphviz
@@ -187,6 +188,8 @@ def label_lines(rec: NodeRecord, folded: int = 0, count: int = 1) -> list[str]:
     sd = " ".join(x for x in (shape_text(rec.shape), _DTYPE_SHORT.get(rec.dtype or "", rec.dtype or "")) if x)
     if rec.op == "placeholder":
         lines = [display_name(rec), sd]
+    elif rec.op == MODULE_OP:
+        lines = [f"{rec.module} ({rec.module_type})", sd]
     elif rec.op == "output":
         lines = ["output"]
     elif rec.op == "get_attr":
@@ -425,19 +428,72 @@ def _topo_order(nodes: dict[str, NodeRecord], keep: set[str]) -> list[str]:
     return out
 
 
+MODULE_OP = "module"  # the op of a collapsed-module node (viz only; never in a Trace)
+
+
+def collapse_modules(snap: GraphSnapshot, names: list[str], marked: set[str],
+                     min_size: int = 3) -> tuple[GraphSnapshot, list[str], dict[str, int]]:
+    """Each module (grouped as the module boxes are, :func:`_cluster_key`) whose nodes
+    among ``names`` number at least ``min_size``, hold no marked node and form one
+    connected piece becomes one node ``module:<path>`` labelled with its path and node
+    count (from ``nn_module_stack``). Its inputs are the members' inputs from outside it
+    (parameters included, so "+N params" counts them); users of members now use it.
+    Identical modules of parallel towers (``towers.3`` and ``towers.7``) share a target
+    (``towers.*``), so parallel-copy folding draws them once as "×k".
+
+    Returns (a snapshot of the collapsed graph, its names in order, module node -> how
+    many nodes it stands for)."""
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        r = snap.nodes[n]
+        key = _cluster_key(r.module)
+        if key and n not in marked and r.op not in ("placeholder", "output"):
+            groups.setdefault(key, []).append(n)
+    inputs = {n: snap.nodes[n].inputs for n in names}
+    owner: dict[str, str] = {}
+    for key, ms in groups.items():
+        if len(ms) >= min_size and _connected(inputs, ms):
+            for m in ms:
+                owner[m] = "module:" + key
+    if not owner:
+        return snap, names, {}
+    out, order, weight, done = GraphSnapshot(), [], {}, set()
+    for n in names:
+        r = snap.nodes[n]
+        v = owner.get(n)
+        if v is None:
+            mapped = list(dict.fromkeys(owner.get(i, i) for i in r.inputs))
+            out.nodes[n] = r if mapped == r.inputs else replace(r, inputs=mapped)
+            order.append(n)
+        elif v not in done:
+            done.add(v)
+            key = v[len("module:"):]
+            ms = groups[key]
+            ext = list(dict.fromkeys(i for m in ms for i in snap.nodes[m].inputs if owner.get(i) != v))
+            last = snap.nodes[ms[-1]]
+            out.nodes[v] = NodeRecord(v, MODULE_OP, re.sub(r"\.\d+(?=\.|$)", ".*", key),
+                                      inputs=[owner.get(i, i) for i in ext], shape=last.shape, dtype=last.dtype,
+                                      module=key, module_type=f"{len(ms)} nodes")
+            order.append(v)
+            weight[v] = len(ms)
+    out.nodes = ChainMap(out.nodes, snap.nodes)  # parameters and nodes outside the region: as they were
+    return out, order, weight
+
+
 def _mark_key(marks: Marks, n: str) -> tuple:
     return (marks.groups.get(n), n in marks.created, n in marks.erased, n in marks.rewired)
 
 
 def drawn_graph(snap: GraphSnapshot, marks: Marks | None = None, hops: int = HOPS, max_nodes: int = MAX_NODES,
                 full: bool = False, fold_params: bool = True, fold: bool | None = None,
-                users: dict | None = None, n_params: int | None = None) -> Drawn:
+                users: dict | None = None, n_params: int | None = None, modules: bool = False) -> Drawn:
     """Choose what to draw of ``snap``: parameter placeholders folded into their users
     (``fold_params``; marked ones stay), parallel copies folded into "×k" classes
     (``fold``; None: when more than :data:`FOLD_ABOVE` nodes are drawable), then — unless
     ``full`` — the marked classes and their ``hops``-hop neighbourhood, stopping before a
     hop would pass ``max_nodes`` drawn nodes (without marks: the first ``max_nodes``).
-    Above :data:`LOCAL_ABOVE` nodes a marked view works on a region around the marks
+    ``modules``: collapse each module without marked nodes into one node
+    (:func:`collapse_modules`) before the rest. Above :data:`LOCAL_ABOVE` nodes a marked view works on a region around the marks
     (:func:`_region`; ``users``/``n_params`` from :func:`viz.index.users_at` keep it
     O(region))."""
     marks = marks or Marks()
@@ -451,6 +507,10 @@ def drawn_graph(snap: GraphSnapshot, marks: Marks | None = None, hops: int = HOP
         params = {n for n, r in snap.nodes.items() if fold_params and n not in marked and is_param(r)}
         names = [n for n in snap.nodes if n not in params]
         n_params = len(params)
+    total = len(snap)
+    weight: dict[str, int] = {}
+    if modules:
+        snap, names, weight = collapse_modules(snap, names, marked)
     inside = set(names)
     sel_s = time.perf_counter() - t_sel
     t0 = time.perf_counter()
@@ -494,11 +554,11 @@ def drawn_graph(snap: GraphSnapshot, marks: Marks | None = None, hops: int = HOP
                 if ri in shown and i in inside:
                     mult[(ri, r)] = mult.get((ri, r), 0) + 1
     per_node = {r: sum(1 for i in dict.fromkeys(snap.nodes[r].inputs) if i in params) for r in order}
-    elided = len(snap) - n_params - sum(len(members[r]) for r in order)
+    elided = total - n_params - sum(weight.get(m, 1) for r in order for m in members[r])
     if used_hops is None and elided:  # a local region: how far it reached
         used_hops = hops
     return Drawn(order, {r: snap.nodes[r] for r in order}, {r: members[r] for r in order if len(members[r]) > 1},
-                 inputs, mult, per_node, len(snap), elided, n_params, used_hops, fold_s, sel_s)
+                 inputs, mult, per_node, total, elided, n_params, used_hops, fold_s, sel_s)
 
 
 def _cluster_key(module: str | None) -> str | None:
@@ -684,19 +744,20 @@ def _node_attrs(rec: NodeRecord, marks: Marks, params: int, members: list[str] |
 def graph_view(snap: GraphSnapshot, marks: Marks | None = None, title: str = "", hops: int = HOPS,
                max_nodes: int = MAX_NODES, full: bool = False, fold_params: bool = True,
                clusters: bool = True, legend_in_graph: bool = True, fold: bool | None = None,
-               users: dict | None = None, n_params: int | None = None) -> GraphView:
+               users: dict | None = None, n_params: int | None = None, modules: bool = False) -> GraphView:
     """Build the DOT view of ``snap`` with ``marks`` highlighted.
 
     What is drawn is :func:`drawn_graph` (parameter folding, parallel-copy folding, the
     ``hops``-hop cut with a note "… N nodes not shown"). ``clusters`` draws a dashed box
     per module (see :func:`_cluster_key`) when the drawn nodes come from more than one
-    module. ``legend_in_graph`` False leaves the legend node out of the drawing (for a
+    module; ``modules`` collapses unmarked modules into one node each
+    (:func:`collapse_modules`). ``legend_in_graph`` False leaves the legend node out of the drawing (for a
     viewer that shows ``GraphView.legend`` itself); the returned legend and notes are the
     same either way.
     """
     marks = marks or Marks()
     t0 = time.perf_counter()
-    d = drawn_graph(snap, marks, hops, max_nodes, full, fold_params, fold, users, n_params)
+    d = drawn_graph(snap, marks, hops, max_nodes, full, fold_params, fold, users, n_params, modules)
     g, legend, notes = emit(d, marks, title, clusters, legend_in_graph)
     return _view(g, title, d, marks, legend, notes, time.perf_counter() - t0)
 
@@ -831,6 +892,10 @@ class StepPicture:
     diff: GraphView
     layout: Layout
     changes: dict[str, list[tuple[str, str, str]]]
+    #: seconds per phase: ``rebuild_s`` (the trace's before/after graphs), ``index_s`` (moving
+    #: the users index along), ``fold_s``, ``dot_build_s`` (selection, labels, DOT of the
+    #: union and the three views), ``layout_s`` (0 when a trace-wide layout was reused)
+    timings: dict[str, float] = field(default_factory=dict)
 
     def views(self) -> dict[str, GraphView]:
         return {"before": self.before, "after": self.after, "diff": self.diff}
@@ -934,28 +999,36 @@ def _step_changes(step: Step, before: GraphSnapshot, after: GraphSnapshot, da: D
 
 def step_picture(trace: Trace, index: int, hops: int = HOPS, max_nodes: int = MAX_NODES, full: bool = False,
                  fold_params: bool = True, fold: bool | None = None, clusters: bool = True,
-                 budget_s: float = LAYOUT_BUDGET_S, layout: Layout | None = None) -> StepPicture:
+                 budget_s: float = LAYOUT_BUDGET_S, layout: Layout | None = None, modules: bool = False) -> StepPicture:
     """Step ``index``'s before, after and diff views on one shared layout.
 
     Each side draws what :func:`drawn_graph` selects for it (same options; folding is on
     for both when either side has more than :data:`FOLD_ABOVE` drawable nodes).
     ``layout``: a :func:`trace_layout` to draw on (used when it places every node drawn
-    here). Otherwise their union is laid out once with :func:`viz.layout.bounded_layout` (``budget_s`` seconds of
+    here). ``modules``: collapse modules the step did not touch (:func:`collapse_modules`). Otherwise their union is laid out once with :func:`viz.layout.bounded_layout` (``budget_s`` seconds of
     ``dot``, else the layered fallback); the diff view draws the union: erased nodes
     ghosted, created nodes marked, a dashed arrow from each replaced node to its
     replacement (``Step.replaced``, provenance), and changed arguments struck through /
     new. Raises IndexError for a step the trace does not have, RenderError when Graphviz
     is missing or fails."""
     step = trace.step(index)
+    clock = time.perf_counter
+    t = clock()
     before, after = trace.before(index), trace.after(index)
+    rebuild_s = clock() - t
     mb, ma = step_marks(step, "before"), step_marks(step, "after")
+    t = clock()
     ib = _index(trace, index - 1, before)  # the running index moves on to the after side below: use it first
+    index_s = clock() - t
     if fold is None:
         n_params = len(before) - _drawable(before, ib[1], fold_params)
         fold = max(len(before), len(after)) - n_params > FOLD_ABOVE
-    t0 = time.perf_counter()
-    db = drawn_graph(before, mb, hops, max_nodes, full, fold_params, fold, *ib)
-    da = drawn_graph(after, ma, hops, max_nodes, full, fold_params, fold, *_index(trace, index, after))
+    t0 = clock()
+    db = drawn_graph(before, mb, hops, max_nodes, full, fold_params, fold, *ib, modules=modules)
+    t = clock()
+    ia = _index(trace, index, after)
+    index_s += clock() - t
+    da = drawn_graph(after, ma, hops, max_nodes, full, fold_params, fold, *ia, modules=modules)
     changes = _step_changes(step, before, after, da)
     du = _union(db, da)
     md = Marks(groups=dict(mb.groups), group_labels=list(mb.group_labels), erased=set(mb.erased),
@@ -963,12 +1036,15 @@ def step_picture(trace: Trace, index: int, hops: int = HOPS, max_nodes: int = MA
     rb, ra = _rep_map(db), _rep_map(da)
     prov = list(dict.fromkeys((rb.get(o, o), ra.get(n, n)) for o, n in step.replaced.items()
                               if rb.get(o, o) in du.recs and ra.get(n, n) in du.recs and rb.get(o, o) != ra.get(n, n)))
-    build_s = time.perf_counter() - t0
+    build_s = clock() - t0 - index_s
+    layout_s = 0.0
     if layout is None or any(n not in layout.nodes for n in du.order):
+        t = clock()
         g, _, _ = emit(du, md, "", clusters, legend_in_graph=False, changes=changes)
-        build_s = time.perf_counter() - t0
+        build_s += clock() - t
         layout = bounded_layout(g.source, du.order, du.inputs, _sizes(du, changes), budget_s)
-    t1 = time.perf_counter()
+        layout_s = layout.seconds
+    t1 = clock()
     views = {}
     for side, d, m, kw in (("before", db, mb, {}), ("after", da, ma, {"changes": changes}),
                            ("diff", du, md, {"changes": changes, "ghosts": True, "provenance": prov})):
@@ -977,10 +1053,13 @@ def step_picture(trace: Trace, index: int, hops: int = HOPS, max_nodes: int = MA
             notes.append(layout.note)
         views[side] = _view(gs, f"{side} step {index}: {step.pattern} ({step.pass_name})", d, m, legend, notes,
                             0.0, pinned=True)
-    per_view = build_s + (time.perf_counter() - t1) / 3
+    build_s += clock() - t1
+    fold_s = db.fold_s + da.fold_s
     for v in views.values():
-        v.build_s = max(0.0, per_view - v.fold_s)
-    return StepPicture(index, views["before"], views["after"], views["diff"], layout, changes)
+        v.build_s = max(0.0, build_s - fold_s) / 3
+    timings = {"rebuild_s": rebuild_s, "index_s": index_s, "fold_s": fold_s,
+               "dot_build_s": max(0.0, build_s - fold_s), "layout_s": layout_s}
+    return StepPicture(index, views["before"], views["after"], views["diff"], layout, changes, timings)
 
 
 # --------------------------------------------------------------------------- rendering

@@ -9,6 +9,7 @@ fold away.
 """
 from __future__ import annotations
 
+import gc
 import weakref
 from typing import Callable
 
@@ -66,7 +67,13 @@ def users_at(trace: Trace, k: int, snap: GraphSnapshot, is_param: Callable) -> t
     key = id(trace)
     st = _STATES.get(key)
     if st is None or st.k > k or st.is_param is not is_param:
-        st = _STATES[key] = _State(snap, k, is_param)
+        paused = gc.isenabled()
+        gc.disable()  # one dict per node: no use letting the cycle collector walk a big heap meanwhile
+        try:
+            st = _STATES[key] = _State(snap, k, is_param)
+        finally:
+            if paused:
+                gc.enable()
         weakref.finalize(trace, _STATES.pop, key, None)
     elif st.k < k:
         st.advance(trace, k)
