@@ -396,8 +396,9 @@ def test_modules_fold_into_one_node_with_their_node_count_and_parallel_towers_in
     snap = towers_snapshot(6)
     v = graph_view(snap, viz.Marks(groups={"cat": 0}), modules=True, fold=False)
     assert v.shown == 8 and v.elided == 0  # x, six tower nodes, cat
-    assert "towers.3 (3 nodes)" in node_line(v.source, "module:towers.3")
+    assert "towers.3 (3 nodes)" in node_line(v.source, "[towers.3]")
+    assert "<svg" in viz.render_svg(v)
     both = graph_view(snap, viz.Marks(groups={"cat": 0}), modules=True, fold=True)
-    assert both.shown == 3 and "towers.0 (3 nodes) … ×6" in node_line(both.source, "module:towers.0")
+    assert both.shown == 3 and "towers.0 (3 nodes) … ×6" in node_line(both.source, "[towers.0]")
     marked = graph_view(snap, viz.Marks(groups={"r2": 0}), modules=True, fold=False)
-    assert "module:towers.2" not in marked.source and "r2" in marked.source  # a module the step touched stays open
+    assert "[towers.2]" not in marked.source and "r2" in marked.source  # a module the step touched stays open

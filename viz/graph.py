@@ -435,7 +435,7 @@ def collapse_modules(snap: GraphSnapshot, names: list[str], marked: set[str],
                      min_size: int = 3) -> tuple[GraphSnapshot, list[str], dict[str, int]]:
     """Each module (grouped as the module boxes are, :func:`_cluster_key`) whose nodes
     among ``names`` number at least ``min_size``, hold no marked node and form one
-    connected piece becomes one node ``module:<path>`` labelled with its path and node
+    connected piece becomes one node ``[<path>]`` labelled with its path and node
     count (from ``nn_module_stack``). Its inputs are the members' inputs from outside it
     (parameters included, so "+N params" counts them); users of members now use it.
     Identical modules of parallel towers (``towers.3`` and ``towers.7``) share a target
@@ -454,7 +454,7 @@ def collapse_modules(snap: GraphSnapshot, names: list[str], marked: set[str],
     for key, ms in groups.items():
         if len(ms) >= min_size and _connected(inputs, ms):
             for m in ms:
-                owner[m] = "module:" + key
+                owner[m] = f"[{key}]"
     if not owner:
         return snap, names, {}
     out, order, weight, done = GraphSnapshot(), [], {}, set()
@@ -467,7 +467,7 @@ def collapse_modules(snap: GraphSnapshot, names: list[str], marked: set[str],
             order.append(n)
         elif v not in done:
             done.add(v)
-            key = v[len("module:"):]
+            key = v[1:-1]
             ms = groups[key]
             ext = list(dict.fromkeys(i for m in ms for i in snap.nodes[m].inputs if owner.get(i) != v))
             last = snap.nodes[ms[-1]]
