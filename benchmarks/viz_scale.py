@@ -82,7 +82,7 @@ def step_times(trace: Trace, index: int) -> dict:
     return {"rebuild_s": tm["rebuild_s"], "index_s": tm["index_s"], "fold_s": tm["fold_s"],
             "dot_build_s": tm["dot_build_s"], "render_s": tm["layout_s"] + draw,
             "drawn": max(v.shown for v in pic.views().values()), "fallback": pic.layout.method == "layered",
-            "sites": len(trace.step(index).sites)}
+            "sites": len(trace.step(index).sites), "step": f"{index}: {trace.step(index).pattern}"}
 
 
 def measure_towers(nodes: int, max_steps: int | None) -> dict:
@@ -101,6 +101,7 @@ def measure_towers(nodes: int, max_steps: int | None) -> dict:
     med = {f"median_{k}": statistics.median(r[k] for r in rows) for k in ("dot_build_s", "render_s")}
     return {"graph": "towers", "nodes": trace.nodes_before, "steps": n, "steps_measured": len(idx),
             **{k: round(v, 4) if isinstance(v, float) else v for k, v in {**worst, **med}.items()},
+            "slowest_dot_build_step": max(rows, key=lambda r: r["dot_build_s"])["step"],
             "fallback_steps": sum(r["fallback"] for r in rows), "widest_fusion": max(r["sites"] for r in rows),
             "index_build_s": round(index_s, 4), "build_and_optimise_s": round(built, 2)}
 

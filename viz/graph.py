@@ -25,6 +25,7 @@ touch sits at the same coordinates in all three.
 """
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import time
@@ -259,7 +260,7 @@ def node_tooltip(rec: NodeRecord, members: list[str] | None = None) -> str:
     folded class, how many parallel copies it stands for and their names."""
     lines = [f"{rec.name}  ({rec.op})", f"{rec.target}({rec.args_text(200)})"]
     if members:
-        lines.insert(0, f"×{len(members)} parallel copies: {name_ranges(members)}")
+        lines.insert(0, f"×{len(members)} parallel copies: {_ranges(tuple(members))}")
     if rec.module:
         lines.append(f"module: {rec.module}" + (f" ({rec.module_type})" if rec.module_type else ""))
     if rec.source:
@@ -267,7 +268,12 @@ def node_tooltip(rec: NodeRecord, members: list[str] | None = None) -> str:
     return "\\n".join(_esc(x) for x in lines)
 
 
-def name_ranges(names: list[str]) -> str:
+@functools.lru_cache(maxsize=256)
+def _ranges(names: tuple[str, ...]) -> str:
+    return name_ranges(names)
+
+
+def name_ranges(names) -> str:
     """Every name, numbered runs compressed: ``linear, linear_1, …, linear_127, relu_3`` ->
     ``linear, linear_1…linear_127, relu_3`` (so a folded class of 128 accounts for all
     members in one line)."""
@@ -282,7 +288,7 @@ def name_ranges(names: list[str]) -> str:
         run.clear()
 
     for n in names:
-        m = re.fullmatch(r"(.*?)(\d+)", n)
+        m = _NUMBERED.fullmatch(n)
         if m and run and m.group(1) == run[-1][0] and int(m.group(2)) == run[-1][1] + 1:
             run.append((m.group(1), int(m.group(2)), n))
             continue
@@ -398,9 +404,13 @@ def _region(snap: GraphSnapshot, seeds: list[str], marked: set[str], hops: int, 
     return _topo_order(nodes, keep), params, n_params
 
 
+_NUMBERED = re.compile(r"(.*?)(\d+)")
+_DIGITS = re.compile(r"(\d+)")
+
+
 def _natural(name: str) -> tuple:
     """Sort key: ``linear_12`` after ``linear_2``."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(name))
 
 
 def _topo_order(nodes: dict[str, NodeRecord], keep: set[str]) -> list[str]:
