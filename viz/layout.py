@@ -61,8 +61,9 @@ def dot_limits(n_nodes: int) -> dict[str, str]:
 
     Up to 100 nodes: none (Graphviz defaults). Above: ``nslimit = nslimit1 =
     max(1, 600 / n)`` (network-simplex iterations per node) and ``mclimit = max(0.05,
-    min(1, 60 / n))`` (crossing-minimisation passes). On a 1,500-node skip-edge chain this
-    is 1.0 s instead of 19 s; on a 300-node one 0.07 s instead of 0.24 s (benchmarks/viz_scale.py).
+    min(1, 60 / n))`` (crossing-minimisation passes). On a 300-node skip-edge chain this
+    is 0.22 s instead of 0.77 s; at 1,500 nodes, 1 s instead of 19 s on a quiet machine
+    (5-10 s instead of > 60 s under load: :func:`bounded_layout` adds a time budget).
     """
     if n_nodes <= 100:
         return {}
