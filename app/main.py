@@ -16,7 +16,9 @@ import streamlit as st
 
 import sample_models
 import viz
+from app import compare_view, debug, inspector, toggles, upstream
 from app import state as S
+from app.timing import timing_panel
 from optimus.passes import default_pipeline, pass_catalogue
 
 SOURCES = ("Sample model", "Python factory", "Trace file")
@@ -63,8 +65,9 @@ def sidebar() -> tuple[str | None, bool]:
             spec = f"sample:{name}"
         elif source == "Python factory":
             spec = st.text_input("Factory", key="factory", placeholder="package.module:factory",
-                                 help="A callable returning (nn.Module, example_inputs), imported from your "
-                                      "Python path.").strip() or None
+                                 help="A callable returning (nn.Module, example_inputs): package.module:factory "
+                                      "or path/to/file.py:factory, resolved from the current directory; or a "
+                                      "path/to/model.pt2 saved by torch.export.save.").strip() or None
         else:
             up = st.file_uploader("Trace JSON (saved by `optimus run --trace` or this app)", type=["json"],
                                   key="upload")
@@ -72,10 +75,7 @@ def sidebar() -> tuple[str | None, bool]:
                 ss.upload_id = up.file_id
                 S.accept_upload(ss, up.name, up.getvalue(), sample_models.names())
 
-        n_on = len(enabled_passes())
-        with st.expander(f"Passes: {n_on} of {len(PIPELINE.passes)} on"):
-            for p in PIPELINE.passes:
-                st.checkbox(p.name, value=True, key=f"pass:{p.name}", help=p.description)
+        toggles.pass_panel(PIPELINE)
         with st.expander(f"Checks: verify {VERIFY_LABEL[ss.get('verify', 'end')]}; {ss.get('capture_method', 'dynamo')} capture"):
             st.radio("Verify", ("step", "end", "off"), index=1, key="verify", format_func=VERIFY_LABEL.get,
                      help="; ".join(f"{k}: {v}" for k, v in VERIFY_HELP.items()))
@@ -347,40 +347,6 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def timing(trace) -> None:
-    st.markdown("#### Per-pass timing and memory")
-    if ss.spec is None:
-        st.caption("Timing needs the model: this trace came from a file whose model is not a sample here.")
-        return
-    c = st.columns([1, 1, 4], vertical_alignment="bottom")
-    repeats = c[0].number_input("Repeats", 3, 200, 20, key="repeats")
-    if c[1].button("Measure per-pass timing", key="bench_btn"):
-        from optimus.bench import bench_pipeline
-
-        passes = [p["name"] for p in trace.passes if p.get("enabled", True)] or None
-        bar = st.progress(0.0, text="capturing and running the pipeline")
-
-        def progress(done: int, total: int, label: str) -> None:
-            bar.progress(min(1.0, done / max(total, 1)), text=f"{label}: {done}/{total}")
-
-        try:
-            ss.bench = bench_pipeline(ss.spec, passes=passes, repeats=int(repeats), progress=progress)
-        except Exception as e:  # noqa: BLE001
-            title, msg = S.error_message(e)
-            st.error(f"**Timing failed — {title}**: {msg}")
-        bar.empty()
-    b = ss.bench
-    if b is None:
-        st.caption("Times the baseline graph and the graph after each enabled pass (eager), round-robin, "
-                   "CUDA events on a GPU, wall clock on CPU.")
-        return
-    st.info(f"Measured on {viz.method_text(b)}.")
-    l, r = st.columns(2)
-    l.plotly_chart(viz.speedup_figure(b), width="stretch")
-    r.plotly_chart(viz.memory_figure(b), width="stretch")
-    st.dataframe(pd.DataFrame(viz.bench_rows(b)), hide_index=True, width="stretch")
-
-
 def downloads(trace) -> None:
     st.markdown("#### Export")
     c = st.columns(3)
@@ -399,7 +365,14 @@ def main() -> None:
     spec, run = sidebar()
     if run and spec:
         ss.report = None
-        run_spec(spec)
+        before, old = toggles.place(ss), ss.trace
+        source, selected = toggles.selection(ss, PIPELINE)
+        if source == toggles.INDUCTOR:
+            upstream.run_upstream(ss, spec, selected, ss.capture_method)
+        else:
+            run_spec(spec)
+        if ss.trace is not old:
+            toggles.keep_place(ss, before)
     if ss.error:  # shown once; the trace on screen is the last good one
         st.error(f"**{ss.error[0]}**: {ss.error[1]}" + ("\n\nStill showing the previous trace." if ss.trace else ""))
         ss.error = None
@@ -415,6 +388,9 @@ def main() -> None:
     st.markdown(f"**{trace.model or 'model'}**: {s['nodes_before']:,} → {s['nodes_after']:,} nodes in "
                 f"{s['steps']} steps <span style='color:#888'>· {ss.source}</span>", unsafe_allow_html=True)
     graph_breaks(trace)
+    toggles.stale_marker(ss, PIPELINE)
+    upstream.defects(trace)
+    debug.failure_tools(ss, trace)
     if not trace.steps:
         st.info("No pattern matched: the pipeline made no step. The captured graph:")
         bar, opts = view_bar(len(trace.initial_graph))
@@ -430,8 +406,11 @@ def main() -> None:
         graphs(trace, cur, pass_filter, mode, opts, bar)
         step_details(trace, cur)
         header(trace)
+        debug.step_tools(ss, trace, cur)
+        inspector.inspector(ss, trace, cur)
         st.plotly_chart(viz.node_count_figure(trace, current=cur), width="stretch")
-    timing(trace)
+    timing_panel(trace, ss)
+    compare_view.compare_panel(ss)
     downloads(trace)
 
 
