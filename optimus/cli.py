@@ -426,6 +426,13 @@ def cmd_app(a) -> int:
     return subprocess.call(cmd, env=env)
 
 
+def cmd_report(a) -> int:
+    """Write the HTML report of a saved trace. The drawing lives in ``viz`` (which ``optimus``
+    does not import), so this runs ``python -m viz``; its exit status (2: bad input) is ours."""
+    cmd = [sys.executable, "-m", "viz", a.trace, "-o", a.output, "--hops", str(a.hops)]
+    return subprocess.call(cmd, cwd=os.getcwd())
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="optimus", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -493,6 +500,12 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
     y.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
     y.set_defaults(fn=cmd_why)
+    o = sub.add_parser("report", help="write a self-contained HTML report of a saved trace (before/after and diff "
+                       "of every step, left/right keys between steps)")
+    o.add_argument("trace", help="trace JSON written by `optimus run --trace` or the app")
+    o.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    o.add_argument("--hops", type=int, default=2, help="neighbourhood hops of big graphs' views (default 2)")
+    o.set_defaults(fn=cmd_report)
     rp = sub.add_parser("repro", help="write a standalone script that replays one step of a trace and "
                         "checks it (no model code needed)")
     rp.add_argument("trace", help="trace JSON written by run --trace or observe --trace")

@@ -210,6 +210,7 @@ def test_registry_contents_and_order():
         "mmoe",
         "twin_towers",
         "deepfm",
+        "industrial_recsys",
     ]
     assert names() == expected
     assert list(REGISTRY) == names()
