@@ -165,16 +165,27 @@ def cmd_why(a) -> int:
     return 0
 
 
-def cmd_app(a) -> int:
+def app_command(port: int = 8501, host: str = "127.0.0.1", headless: bool = False) -> list[str]:
+    """The command line that starts the Streamlit app on ``host``:``port``.
+
+    The app runs user code (the Python-factory box, pattern files), so it listens on the
+    loopback address unless another ``host`` is asked for explicitly."""
     app = Path(__file__).resolve().parent.parent / "app" / "main.py"
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+           "--server.address", host, "--browser.gatherUsageStats", "false"]
+    if headless:
+        cmd += ["--server.headless", "true"]
+    return cmd
+
+
+def cmd_app(a) -> int:
     env = dict(os.environ)
     if a.model:
         env["OPTIMUS_LENS_MODEL"] = a.model
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(a.port),
-           "--browser.gatherUsageStats", "false"]
-    if a.headless:
-        cmd += ["--server.headless", "true"]
-    return subprocess.call(cmd, env=env)
+    if a.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"optimus: warning: the app listens on {a.host}:{a.port}; anyone who can reach it can run Python "
+              "code on this machine (model factories, pattern files)", file=sys.stderr)
+    return subprocess.call(app_command(a.port, a.host, a.headless), env=env)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -211,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     y.set_defaults(fn=cmd_why)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)
+    w.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default: 127.0.0.1, this machine only; the app runs user code)")
     w.add_argument("--model", help="sample model selected first, e.g. sample:bert (default sample:recsys_towers)")
     w.add_argument("--headless", action="store_true")
     w.set_defaults(fn=cmd_app)
