@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import inspect
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
@@ -40,7 +40,13 @@ from torch.fx import Node
 
 from optimus.pattern import Miss
 
-Bindings = dict  #: capture name -> bound value (an FX Node or a constant)
+class Bindings(dict):
+    """Capture name -> bound value (an FX Node or a constant), plus ``nodes``: every node an
+    :class:`Op` matched, root first (the match's site)."""
+
+    def __init__(self, *a: Any, **kw: Any):
+        super().__init__(*a, **kw)
+        self.nodes: list[Node] = []
 
 #: keyword spellings of one parameter across an op's spellings (``torch.split`` vs ``Tensor.split``)
 ALIASES = {"input": ("self", "tensor"), "split_size": ("split_size_or_sections", "split_sizes")}
@@ -121,12 +127,36 @@ def _text(value: Any) -> str:
 
 
 def _pat(x: Any) -> Pat:
-    """Sub-pattern coercion: a Pat stays; a string is a :class:`Var`; anything else a :class:`Const`."""
+    """Sub-pattern coercion: a Pat stays; a string is a :class:`Var`; a list or tuple a
+    :class:`Seq` of its coerced elements; anything else a :class:`Const`."""
     if isinstance(x, Pat):
         return x
     if isinstance(x, str):
         return Var(x)
+    if isinstance(x, (list, tuple)):
+        return Seq(tuple(_pat(v) for v in x))
     return Const(x)
+
+
+@dataclass(frozen=True)
+class Seq(Pat):
+    """A list or tuple of exactly ``len(items)`` elements, element ``i`` matching ``items[i]``."""
+
+    items: tuple
+
+    def _match(self, value, b, path):
+        if not isinstance(value, (list, tuple)):
+            return _fail(path, f"is {_text(value)}, not a list")
+        if len(value) != len(self.items):
+            return _fail(path, f"has {len(value)} elements, not {len(self.items)}")
+        for i, (p, v) in enumerate(zip(self.items, value)):
+            miss = p._match(v, b, f"{path}[{i}]")
+            if miss is not None:
+                return miss
+        return None
+
+    def describe(self) -> str:
+        return "[" + ", ".join(p.describe() for p in self.items) + "]"
 
 
 class Op(Pat):
@@ -141,7 +171,8 @@ class Op(Pat):
     op's parameters by position, ``kwargs`` by name (after binding the node's own
     arguments to the op's signature, defaults filled in). ``name`` binds the node itself.
     ``where`` adds predicates (:func:`require`) checked after the arguments matched.
-    Raises TypeError for a target of another kind.
+    A ``torch`` function that is also a Tensor method (``torch.sigmoid``) matches both
+    spellings. Raises TypeError for a target of another kind.
     """
 
     def __init__(self, target: Any, *args: Any, name: str | None = None, where: Iterable["Require"] = (),
@@ -156,6 +187,14 @@ class Op(Pat):
                 fns.add(t)
             else:
                 raise TypeError(f"Op target must be a function, a method name or an nn.Module type, not {t!r}")
+        for f in list(fns):  # torch.sigmoid(x) and x.sigmoid() are one op
+            n = getattr(f, "__name__", None)
+            if n and getattr(torch, n, None) is f and hasattr(torch.Tensor, n):
+                methods.add(n)
+        for m in list(methods):
+            f = getattr(torch, m, None)
+            if callable(f) and hasattr(torch.Tensor, m):
+                fns.add(f)
         self.functions, self.methods, self.modules = frozenset(fns), frozenset(methods), frozenset(modules)
         self.args = tuple(_pat(a) for a in args)
         self.kwargs = {k: _pat(v) for k, v in kwargs.items()}
@@ -168,8 +207,8 @@ class Op(Pat):
         return self.functions | self.methods
 
     def label(self) -> str:
-        names = sorted({getattr(f, "__name__", str(f)) for f in self.functions} | {f".{m}" for m in self.methods}
-                       | {m.__name__ for m in self.modules})
+        fns = {getattr(f, "__name__", str(f)) for f in self.functions}
+        names = sorted(fns | {f".{m}" for m in self.methods if m not in fns} | {m.__name__ for m in self.modules})
         return "|".join(names) or "op"
 
     def describe(self) -> str:
@@ -194,6 +233,8 @@ class Op(Pat):
                 value.target, "__name__", value.target)
             return _fail(path, f"{value.name} is {value.op} {what}, not {self.label()}")
         here = value.name  # reasons below name the matched node: "cat_1.dim: ..."
+        if isinstance(b, Bindings) and value not in b.nodes:
+            b.nodes.append(value)
         if self.args or self.kwargs:
             bound = bind(value)
             if isinstance(bound, Miss):
@@ -367,7 +408,7 @@ def match(pattern: Pat, node: Node, gm: torch.nn.Module | None = None) -> Bindin
             if n.op == "call_module":
                 _MODULE_OF[n] = gm.get_submodule(n.target)
     try:
-        b: Bindings = {}
+        b = Bindings()
         miss = pattern._match(node, b, "")
         return miss if miss is not None else b
     finally:
@@ -376,15 +417,18 @@ def match(pattern: Pat, node: Node, gm: torch.nn.Module | None = None) -> Bindin
 
 @dataclass
 class Rule:
-    """A pattern and what replaces its root: ``replace(rw, **bindings)`` returns the value
-    that takes the root node's place (an existing node, or one it creates), or a Miss /
-    None to decline. ``nodes`` (capture names) are the other matched nodes the rewrite may
-    leave dead; they are erased when nothing uses them any more."""
+    """A rewrite rule of the declarative form: ``pattern`` (an :class:`Op`) and
+    ``replace(rw, **bindings)``, which builds and returns the value that takes the root
+    node's place (an existing node from the bindings, or one it creates with
+    ``rw.call(fn, *args, **kwargs)`` / ``rw.method(name, *args, **kwargs)``). The root is
+    then replaced and erased, and every other matched node nothing uses any more is
+    erased. ``name`` and ``description`` are what ``optimus passes`` and the viewer show."""
 
+    name: str
     pattern: Op
     replace: Callable[..., Any]
-    nodes: tuple[str, ...] = ()
-    extra: dict = field(default_factory=dict)
+    description: str = ""
+    preconditions: tuple[str, ...] = ()
 
     @property
     def anchors(self) -> frozenset:
