@@ -56,11 +56,16 @@ def cmd_run(a) -> int:
     from optimus.engine import PatternError
     from optimus.run import ModelSpecError, optimize
 
+    from optimus.patternfile import PatternFileError, load_pattern_file, pipeline_with
+
     try:
-        res = optimize(a.model, passes=_passes_arg(a.passes), verify=a.verify, grads=a.grads,
-                       capture_method=a.capture, graph_index=a.graph,
+        pipeline, passes = None, _passes_arg(a.passes)
+        if a.pattern_file:
+            pipeline, passes = pipeline_with(load_pattern_file(a.pattern_file), passes), None
+        res = optimize(a.model, passes=passes, verify=a.verify, grads=a.grads,
+                       capture_method=a.capture, graph_index=a.graph, pipeline=pipeline,
                        on_capture=lambda c: print(c.summary(), file=sys.stderr))
-    except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
+    except (ModelSpecError, CaptureError, PatternFileError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return EXIT_INPUT
     except PatternError as e:
@@ -178,6 +183,39 @@ def app_command(port: int = 8501, host: str = "127.0.0.1", headless: bool = Fals
     return cmd
 
 
+def cmd_match(a) -> int:
+    from optimus.capture import CaptureError, capture
+    from optimus.patternfile import PatternFileError, PatternPreviewError, load_pattern_file, preview
+    from optimus.run import ModelSpecError, load_model
+
+    try:
+        pf = load_pattern_file(a.pattern_file)
+        model, inputs, _ = load_model(a.model)
+        gm = capture(model, inputs, method=a.capture, graph_index=a.graph).gm
+    except (ModelSpecError, CaptureError, PatternFileError) as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        found = preview(gm, pf.patterns)
+    except PatternPreviewError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_PATTERN
+    for p in pf.patterns:
+        mine = [m for m in found.matches if m.pattern == p.name]
+        near = [m for m in found.near_misses if m.pattern == p.name]
+        print(f"{p.name}  ({p.source}): {len(mine)} match(es), {len(near)} near miss(es)")
+        for m in mine:
+            print(f"  match at {m.anchor}: {', '.join(m.sites)}")
+        for m in near[: a.misses]:
+            print(f"  no match at {m.node}: {m.reason}")
+        if len(near) > a.misses:
+            print(f"  ... {len(near) - a.misses} more near misses (--misses N shows more)")
+    print(f"\n{len(found.matches)} match(es) in {len(gm.graph.nodes)} nodes; the graph is unchanged")
+    if a.json:
+        Path(a.json).write_text(json.dumps(found.to_json(), indent=1))
+    return 0
+
+
 def cmd_app(a) -> int:
     env = dict(os.environ)
     if a.model:
@@ -202,7 +240,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--trace", help="write the trace JSON here")
     r.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
     r.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    r.add_argument("--pattern-file", help="a pattern file (pattern/replacement functions or PATTERNS): its patterns "
+                   "run as one extra pass, named after the file, after the default pipeline (alone with --passes NAME)")
     r.set_defaults(fn=cmd_run)
+    m = sub.add_parser("match", help="preview where a pattern file's patterns match a model's graph, changing nothing")
+    m.add_argument("model", help="sample:NAME or package.module:factory")
+    m.add_argument("--pattern-file", required=True, help="the pattern file (see docs/pattern-lab.md)")
+    m.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
+    m.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    m.add_argument("--misses", type=int, default=10, help="near misses to print per pattern (default: 10)")
+    m.add_argument("--json", help="write the matches and near misses as JSON here")
+    m.set_defaults(fn=cmd_match)
     p = sub.add_parser("passes", help="list the patterns with description, preconditions and source")
     p.set_defaults(fn=cmd_passes)
     b = sub.add_parser("bench", help="time the graph after each pass (CUDA events on GPU, wall clock on CPU)")

@@ -401,7 +401,8 @@ def bind(node: Node) -> dict | Miss:
 
 def match(pattern: Pat, node: Node, gm: torch.nn.Module | None = None) -> Bindings | Miss:
     """Match ``pattern`` at ``node``: the bindings (capture name -> value) or a Miss naming
-    the first sub-pattern that failed, as a path from the root. ``gm`` resolves
+    the first sub-pattern that failed, as a path from the root; the Miss's ``partial``
+    lists the nodes matched before the failure (the best partial match, for drawing). ``gm`` resolves
     call_module targets for :class:`Op` patterns over module types."""
     if gm is not None:
         for n in node.graph.nodes:
@@ -410,7 +411,10 @@ def match(pattern: Pat, node: Node, gm: torch.nn.Module | None = None) -> Bindin
     try:
         b = Bindings()
         miss = pattern._match(node, b, "")
-        return miss if miss is not None else b
+        if miss is not None:
+            miss.partial = list(b.nodes)  # the best partial match: what matched before the failure
+            return miss
+        return b
     finally:
         _MODULE_OF.clear()
 

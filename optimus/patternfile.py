@@ -297,28 +297,66 @@ class PreviewMatch:
     sites: list[str]
 
 
-def preview(gm: GraphModule, patterns: list[Pattern]) -> list[PreviewMatch]:
-    """Every place ``patterns`` match in ``gm``'s graph, without changing it: each
-    RewritePattern at every node of its ``anchors`` it accepts (overlapping matches
-    included); each BatchPattern, keying the nodes of its ``anchors``, as the groups of 2+ nodes sharing a key (before the search splits them
-    into independent subsets). A pattern that raises while matching raises
-    :class:`PatternPreviewError` naming it and the node."""
-    out: list[PreviewMatch] = []
+@dataclass
+class NearMiss:
+    """A node a pattern could start from (its op is one of the pattern's anchors) where it
+    does not match: the reason, and the nodes matched before the failing condition."""
+
+    pattern: str
+    node: str
+    reason: str
+    partial: list[str]
+
+
+@dataclass
+class Preview:
+    """What :func:`preview` found: ``matches`` and ``near_misses``, in graph order per pattern."""
+
+    matches: list[PreviewMatch]
+    near_misses: list[NearMiss]
+
+    def to_json(self) -> dict:
+        from dataclasses import asdict
+
+        return {"matches": [asdict(m) for m in self.matches], "near_misses": [asdict(m) for m in self.near_misses]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Preview":
+        return cls([PreviewMatch(**m) for m in d["matches"]], [NearMiss(**m) for m in d["near_misses"]])
+
+
+def preview(gm: GraphModule, patterns: list[Pattern]) -> Preview:
+    """Every place ``patterns`` match in ``gm``'s graph, without changing it, and every near
+    miss: each RewritePattern at every node of its ``anchors`` (overlapping matches
+    included; where it does not match, the reason); each BatchPattern, keying the nodes of
+    its ``anchors``, as the groups of 2+ nodes sharing a key (before the search splits them
+    into independent subsets; a node with a Miss key is a near miss). A pattern that raises
+    while matching raises :class:`PatternPreviewError` naming it and the node."""
+    matches: list[PreviewMatch] = []
+    misses: list[NearMiss] = []
     for p in patterns:
         nodes = [n for n in gm.graph.nodes if not p.anchors or _target(n) in p.anchors]
         if isinstance(p, BatchPattern):
             groups: dict[Any, list[str]] = {}
             for n in nodes:
                 k = _call(p, p.key, n)
-                if k is not None and not isinstance(k, Miss):
+                if isinstance(k, Miss):
+                    misses.append(NearMiss(p.name, n.name, str(k), []))
+                elif k is not None:
                     groups.setdefault(k, []).append(n.name)
-            out += [PreviewMatch(p.name, names[0], names) for names in groups.values() if len(names) >= 2]
+            for names in groups.values():
+                if len(names) >= 2:
+                    matches.append(PreviewMatch(p.name, names[0], names))
+                else:
+                    misses.append(NearMiss(p.name, names[0], "no other node shares its group key", []))
             continue
         for n in nodes:
             m = _call(p, p.match, n)
-            if m is not None and not isinstance(m, Miss):
-                out.append(PreviewMatch(p.name, n.name, [x.name for x in m.nodes]))
-    return out
+            if isinstance(m, Miss):
+                misses.append(NearMiss(p.name, n.name, str(m), [x.name for x in getattr(m, "partial", [])]))
+            elif m is not None:
+                matches.append(PreviewMatch(p.name, n.name, [x.name for x in m.nodes]))
+    return Preview(matches, misses)
 
 
 def _target(n: Node) -> Any:
@@ -335,3 +373,19 @@ def _call(p: Pattern, fn: Callable, n: Node) -> Any:
     except Exception as e:  # noqa: BLE001
         raise PatternPreviewError(f"pattern {p.name!r} ({p.source}) raised at {n.name}: "
                                   f"{type(e).__name__}: {e}") from e
+
+
+def pipeline_with(pattern_file: PatternFile, passes: list[str] | None = None):
+    """The default pipeline with ``pattern_file``'s patterns as one extra pass (named
+    after the file) at the end. ``passes`` names the enabled passes, the file's pass
+    included (``["swish"]`` runs the file's patterns alone); None enables all. Raises
+    KeyError for an unknown pass name."""
+    from optimus.engine import Pass, Pipeline
+    from optimus.passes import default_pipeline
+
+    base = default_pipeline()
+    if pattern_file.pass_name in base.names():
+        raise KeyError(f"pattern file pass {pattern_file.pass_name!r} has the name of a shipped pass; rename the file")
+    pipe = Pipeline(base.passes + [Pass(pattern_file.pass_name, pattern_file.patterns,
+                                        description=f"patterns of {pattern_file.path}")])
+    return pipe.only(list(passes)) if passes is not None else pipe

@@ -20,6 +20,7 @@ from . import teaching as _teaching  # noqa: E402,F401
 from . import teaching_split_cat as _teaching_split_cat  # noqa: E402,F401
 from . import teaching_batch as _teaching_batch  # noqa: E402,F401
 from . import realistic as _realistic  # noqa: E402,F401
+from . import lab as _lab  # noqa: E402,F401
 
 #: the default model shown first
 DEFAULT = "recsys_towers"

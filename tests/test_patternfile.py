@@ -91,8 +91,11 @@ def test_both_rewrite_forms_preview_the_same_sites_without_changing_the_graph(tm
     found = preview(gm, pf.patterns)
     assert str(gm.graph) == before
     # a and b match; c has its operands swapped; d multiplies by sigmoid of another input
-    assert len(found) == 2
-    assert all(any(s.startswith("sigmoid") for s in m.sites) for m in found)
+    assert len(found.matches) == 2
+    assert all(any(s.startswith("sigmoid") for s in m.sites) for m in found.matches)
+    assert {m.node for m in found.near_misses} == {"c", "d"}
+    d = next(m for m in found.near_misses if m.node == "d")
+    assert d.partial == ["d", "sigmoid_3"]  # the best partial match: root and the sigmoid of y
 
 
 def test_functions_form_is_named_after_the_file_and_documented_by_the_pattern_docstring(tmp_path):
@@ -126,7 +129,7 @@ def test_applying_a_user_pattern_as_a_pass_records_verified_steps(tmp_path, form
 def test_batch_pattern_class_form_previews_groups_of_same_key(tmp_path):
     pf = load_pattern_file(_write(tmp_path, "grp.py", RELU_BATCH))
     gm = capture(Swish(), _inputs()).gm
-    (group,) = preview(gm, pf.patterns)
+    (group,) = preview(gm, pf.patterns).matches
     assert group.pattern == "my_batch_sigmoid" and len(group.sites) == 4
 
 
@@ -153,3 +156,26 @@ def test_a_pattern_that_does_not_trace_names_the_function(tmp_path):
     src = "def pattern(x):\n    if x.sum() > 0:\n        return x\n    return -x\n\ndef replacement(x):\n    return x\n"
     with pytest.raises(PatternFileError, match="cannot trace pattern 'pattern'"):
         load_pattern_file(_write(tmp_path, "dyn.py", src))
+
+
+def test_cli_match_previews_and_run_applies_a_pattern_file(tmp_path, capsys):
+    from optimus.cli import main
+
+    path = _write(tmp_path, "swish.py", SWISH_FUNCTIONS)
+    out = tmp_path / "m.json"
+    assert main(["match", "sample:swish_mlp", "--pattern-file", str(path), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "swish" in text and "3 match(es), 1 near miss(es)" in text and "the graph is unchanged" in text
+    import json
+
+    assert len(json.loads(out.read_text())["matches"]) == 3
+    assert main(["run", "sample:swish_mlp", "--pattern-file", str(path), "--passes", "swish", "--verify", "step"]) == 0
+    assert "swish: 3" in capsys.readouterr().out
+
+
+def test_cli_reports_a_broken_pattern_file_as_bad_input(tmp_path, capsys):
+    from optimus.cli import main
+
+    path = _write(tmp_path, "bad.py", "def pattern(x)\n")
+    assert main(["match", "sample:swish_mlp", "--pattern-file", str(path)]) == 2
+    assert "bad.py:1: syntax error" in capsys.readouterr().err

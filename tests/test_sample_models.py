@@ -206,6 +206,7 @@ def test_registry_contents_and_order():
         "teach_batch_layernorm_variants",
         "bert",
         "gpt2",
+        "swish_mlp",
     ]
     assert names() == expected
     assert list(REGISTRY) == names()
