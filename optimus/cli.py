@@ -213,6 +213,11 @@ def cmd_match(a) -> int:
     print(f"\n{len(found.matches)} match(es) in {len(gm.graph.nodes)} nodes; the graph is unchanged")
     if a.json:
         Path(a.json).write_text(json.dumps(found.to_json(), indent=1))
+    if a.trace:
+        from optimus.record import snapshot_graph
+        from optimus.trace import Trace
+
+        Trace(model=a.model, initial_graph=snapshot_graph(gm.graph)).save(a.trace)
     return 0
 
 
@@ -250,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
     m.add_argument("--misses", type=int, default=10, help="near misses to print per pattern (default: 10)")
     m.add_argument("--json", help="write the matches and near misses as JSON here")
+    m.add_argument("--trace", help="write the graph the patterns were matched on as a trace with no steps")
     m.set_defaults(fn=cmd_match)
     p = sub.add_parser("passes", help="list the patterns with description, preconditions and source")
     p.set_defaults(fn=cmd_passes)
