@@ -98,13 +98,16 @@ def test_app_listens_on_the_loopback_address_only_by_default(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "optimus", "app", "--headless", "--port", str(port)],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 60
         while time.time() < deadline and not _listening_addresses(port):
             time.sleep(0.5)
         addrs = _listening_addresses(port)
         assert addrs == {"0100007F"}, f"listening on {addrs} (hex, /proc/net/tcp form), not only 127.0.0.1"
-    finally:
-        proc.terminate()
+    finally:  # the streamlit server is a child of `optimus app`: stop the whole process group
+        import os
+        import signal
+
+        os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
