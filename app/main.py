@@ -16,7 +16,9 @@ import streamlit as st
 
 import sample_models
 import viz
+from app import compare_view, debug, inspector, toggles, upstream
 from app import state as S
+from app.timing import timing_panel
 from optimus.passes import default_pipeline, pass_catalogue
 
 SOURCES = ("Sample model", "Python factory", "Trace file")
@@ -26,6 +28,8 @@ VERIFY_LABEL = {"step": "after each rewrite", "end": "once, at the end", "off": 
 FULL_VIEW_LIMIT = 2000  # nodes; dot needs ~2 s here, ~17 s at 5,000
 
 st.set_page_config(page_title="Optimus Lens", layout="wide")
+# the step's graphs should start above the fold at 1280x800: less empty space above the page
+st.markdown("<style>.block-container{padding-top:2.2rem;padding-bottom:1rem}</style>", unsafe_allow_html=True)
 ss = st.session_state
 S.init(ss)
 
@@ -38,11 +42,6 @@ def _pipeline():
 @st.cache_data(show_spinner=False)
 def _catalogue() -> dict[str, dict]:
     return {c["name"]: c for c in pass_catalogue()}
-
-
-@st.cache_data(max_entries=256, show_spinner=False)
-def _svg(dot_source: str, timeout_s: float) -> str:
-    return viz.render_svg(dot_source, timeout_s)
 
 
 PIPELINE = _pipeline()
@@ -66,8 +65,9 @@ def sidebar() -> tuple[str | None, bool]:
             spec = f"sample:{name}"
         elif source == "Python factory":
             spec = st.text_input("Factory", key="factory", placeholder="package.module:factory",
-                                 help="A callable returning (nn.Module, example_inputs), imported from your "
-                                      "Python path.").strip() or None
+                                 help="A callable returning (nn.Module, example_inputs): package.module:factory "
+                                      "or path/to/file.py:factory, resolved from the current directory; or a "
+                                      "path/to/model.pt2 saved by torch.export.save.").strip() or None
         else:
             up = st.file_uploader("Trace JSON (saved by `optimus run --trace` or this app)", type=["json"],
                                   key="upload")
@@ -75,10 +75,7 @@ def sidebar() -> tuple[str | None, bool]:
                 ss.upload_id = up.file_id
                 S.accept_upload(ss, up.name, up.getvalue(), sample_models.names())
 
-        n_on = len(enabled_passes())
-        with st.expander(f"Passes: {n_on} of {len(PIPELINE.passes)} on"):
-            for p in PIPELINE.passes:
-                st.checkbox(p.name, value=True, key=f"pass:{p.name}", help=p.description)
+        toggles.pass_panel(PIPELINE)
         with st.expander(f"Checks: verify {VERIFY_LABEL[ss.get('verify', 'end')]}; {ss.get('capture_method', 'dynamo')} capture"):
             st.radio("Verify", ("step", "end", "off"), index=1, key="verify", format_func=VERIFY_LABEL.get,
                      help="; ".join(f"{k}: {v}" for k, v in VERIFY_HELP.items()))
@@ -132,8 +129,6 @@ def run_spec(spec: str, graph_index: int | None = None) -> None:
 # ============================================================================ main area
 def header(trace) -> None:
     s = viz.trace_summary(trace)
-    st.subheader(f"{trace.model or 'model'}: {s['nodes_before']} → {s['nodes_after']} nodes in {s['steps']} steps")
-    st.caption(ss.source)
     c = st.columns(5)
     c[0].metric("Nodes before", s["nodes_before"])
     c[1].metric("Nodes after", s["nodes_after"], delta=s["nodes_after"] - s["nodes_before"], delta_color="inverse")
@@ -142,7 +137,6 @@ def header(trace) -> None:
     c[4].metric("Final check", "ok" if trace.final_verify and trace.final_verify.ok else
                 ("FAILED" if trace.final_verify and trace.final_verify.ok is False else "not checked"),
                 help=s["final_verify"])
-    graph_breaks(trace)
 
 
 def graph_breaks(trace) -> None:
@@ -165,7 +159,7 @@ def graph_breaks(trace) -> None:
 def navigator(trace) -> tuple[int, str | None, str]:
     """Pass filter, view mode, step slider and Previous/Next; returns (step, pass filter, mode)."""
     passes_with_steps = list(dict.fromkeys(s.pass_name for s in trace.steps))
-    c = st.columns([2, 2, 6, 1, 1], vertical_alignment="bottom")
+    c = st.columns([2, 2.2, 5, 1.3, 1.1], vertical_alignment="bottom")
     pf = c[0].selectbox("Pass", ["all passes", *passes_with_steps], key="pass_filter")
     pass_filter = None if pf == "all passes" else pf
     mode = c[1].radio("View", ("Step", "Whole pass"), key="view_mode", horizontal=True,
@@ -194,57 +188,133 @@ def navigator(trace) -> tuple[int, str | None, str]:
     return cur, pass_filter, mode
 
 
+TEXT_SIZES = {"small": 0.8, "normal": 1.0, "large": 1.3, "projector": 1.7}
+PICTURES = ("Side by side", "Diff", "Stacked")
+
+
+def view_bar(n_nodes: int) -> tuple[dict, dict]:
+    """The always-visible view controls — picture, text size, presentation preset — and
+    the rest in a popover; returns (bar, graph options)."""
+    c = st.columns([3.2, 3, 1.8, 1.6], vertical_alignment="bottom")
+    picture = c[0].radio("Picture", PICTURES, key="picture", horizontal=True,
+                         help="Side by side: before | after on one layout, zoomed and panned together. Diff: one "
+                              "picture — erased nodes ghosted, created ones marked, a dashed arrow from each "
+                              "replaced node to its replacement, changed arguments struck through.")
+    present = c[2].toggle("Presentation", key="presentation",
+                          help="Large text, graphs first, sidebar and step facts out of the way.")
+    size = c[1].select_slider("Text size", list(TEXT_SIZES), value="normal", key="text_size",
+                              disabled=present, help="Kept from step to step.")
+    with c[3].popover("View options", width="stretch"):
+        opts = graph_options(n_nodes)
+    return {"picture": picture, "text_scale": TEXT_SIZES["projector" if present else size],
+            "presentation": present}, opts
+
+
 def graph_options(n_nodes: int) -> dict:
-    with st.expander("Graph view options"):
-        c = st.columns(6)
-        hops = c[0].number_input("Neighbourhood hops", 0, 8, viz.HOPS, key="hops",
-                                 help=f"Graphs with more than {viz.MAX_NODES} drawn nodes show only the pattern "
-                                      "sites, created and erased nodes and this many hops around them.")
-        fold = c[1].checkbox("Fold parameters", value=True, key="fold_params",
-                             help="Leave lifted parameter placeholders out; their users say '+N params'.")
-        clusters = c[2].checkbox("Module boxes", value=True, key="clusters",
-                                 help="Box the nodes of one module (from nn_module_stack) together.")
-        full = c[3].checkbox("Whole graph", value=False, key="full", disabled=n_nodes > FULL_VIEW_LIMIT,
-                             help=f"Draw every node (offered up to {FULL_VIEW_LIMIT:,} nodes: Graphviz needs "
-                                  "~2 s at 2,000 nodes and ~17 s at 5,000).")
-        height = c[4].number_input("Graph height (px)", 300, 2000, 620, step=50, key="graph_height")
-        stacked = c[5].checkbox("Stack before/after", value=False, key="stacked",
-                                help="One graph above the other, each at full width.")
-    return {"hops": int(hops), "fold_params": fold, "clusters": clusters,
-            "full": bool(full) and n_nodes <= FULL_VIEW_LIMIT,
-            "legend_in_graph": False,  # the viewer keeps the legend on screen above the graph
-            "height": int(height), "stacked": stacked}
+    hops = st.number_input("Neighbourhood hops", 0, 8, viz.HOPS, key="hops",
+                           help=f"Graphs with more than {viz.MAX_NODES} drawn nodes show only the pattern "
+                                "sites, created and erased nodes and this many hops around them.")
+    fold = st.checkbox("Fold parameters", value=True, key="fold_params",
+                       help="Leave lifted parameter placeholders out; their users say '+N params'.")
+    parallel = st.selectbox("Fold parallel copies", ("auto", "on", "off"), key="fold_parallel",
+                            help=f"Draw k parallel copies of the same computation (towers, heads, the sites of "
+                                 f"one fusion) once, with '… ×k'. auto: above {viz.FOLD_ABOVE} drawn nodes.")
+    clusters = st.checkbox("Module boxes", value=True, key="clusters",
+                           help="Box the nodes of one module (from nn_module_stack) together.")
+    modules = st.checkbox("Fold modules", value=False, key="fold_modules",
+                          help="Draw each module the step did not touch (from nn_module_stack) as one node with its "
+                               "node count; untick to unfold them.")
+    keep = st.checkbox("Keep positions across steps", value=True, key="keep_positions",
+                       help=f"Small traces (up to {viz.graph.STABLE_MAX} distinct nodes): one layout for every "
+                            "step, so scrubbing moves only what changed. Off: each step's before and after get "
+                            "their own, tighter layout.")
+    full = st.checkbox("Whole graph", value=False, key="full", disabled=n_nodes > FULL_VIEW_LIMIT,
+                       help=f"Draw every node (offered up to {FULL_VIEW_LIMIT:,} nodes; layout is bounded "
+                            f"to {viz.layout.LAYOUT_BUDGET_S:g} s, then a simpler layered layout is used).")
+    height = st.number_input("Graph height (px)", 300, 2000, 560, step=20, key="graph_height")
+    return {"hops": int(hops), "fold_params": fold, "clusters": clusters, "modules": modules,
+            "fold": {"auto": None, "on": True, "off": False}[parallel], "keep": keep,
+            "full": bool(full) and n_nodes <= FULL_VIEW_LIMIT, "height": int(height)}
 
 
-def show_view(view: viz.GraphView, height: int) -> None:
-    """Lay out ``view`` (cached by its DOT source) and show it with pan/zoom, opened on its marked nodes."""
+@st.cache_data(max_entries=512, show_spinner=False)
+def _pinned_svg(dot_source: str) -> str:
+    return viz.layout.draw_pinned(dot_source)
+
+
+def _cached(kind: str, key: tuple, make):
+    """Per-session cache of pictures and layouts of the trace on screen (a new trace clears it)."""
+    cache = ss.setdefault("_viz_cache", {})
+    if cache.get("_trace") is not ss.trace:
+        cache.clear()
+        cache["_trace"] = ss.trace
+    k = (kind, *key)
+    if k not in cache:
+        if len(cache) > 64:
+            for old in [x for x in cache if x != "_trace"][:16]:
+                del cache[old]
+        cache[k] = make()
+    return cache[k]
+
+
+def show_view(view: viz.GraphView, height: int, text_scale: float = 1.0) -> None:
+    """Lay out ``view`` (bounded; cached by its DOT source) and show it with pan/zoom, opened on its marked nodes."""
     try:
-        svg = _svg(view.source, 20.0)
+        out = viz.render_view(view)
     except viz.RenderError as e:
         st.warning(str(e))
         return
-    st.iframe(viz.svg_viewer_html(svg, view.focus, legend=view.legend, notes=view.notes), height=height)
-    note = f"{view.shown:,} of {view.total:,} nodes drawn"
+    notes = view.notes + ([out.note] if out.note else [])
+    st.iframe(viz.panes_html([("", out.svg)], view.focus, view.legend, notes, text_scale=text_scale), height=height)
+    st.caption(_drawn_note(view))
+
+
+def _drawn_note(view: viz.GraphView) -> str:
+    note = f"{view.shown:,} drawn of {view.total:,} nodes"
+    if view.parallel:
+        note += f" ({view.parallel:,} parallel copies drawn as ×k)"
     if view.folded:
         note += f"; {view.folded} parameters folded"
     if view.elided:
         note += f"; {view.elided:,} not shown ({view.hops}-hop neighbourhood)"
-    st.caption(note)
+    return note
 
 
-def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict) -> None:
-    height, stacked = opts.pop("height"), opts.pop("stacked")
-    slots = (st.container(), st.container()) if stacked else st.columns(2)
-    for slot, side in zip(slots, ("before", "after")):
-        with slot:
-            if mode == "Whole pass":
-                view = viz.pass_view(trace, pass_filter, side, **opts)
-                what = f"pass `{pass_filter}`"
-            else:
-                view = viz.step_view(trace, cur, side, **opts)
-                what = f"step {cur}"
-            st.markdown(f"**{side.capitalize()}** {what} — {view.total:,} nodes")
-            show_view(view, height)
+def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar: dict) -> None:
+    """The step's picture: before | after (or stacked) on one layout, or the diff, in one pan/zoom viewer."""
+    height = opts.pop("height") + (160 if bar["presentation"] else 0)
+    if mode == "Whole pass":
+        opts = {k: v for k, v in opts.items() if k != "keep"}
+        views = [viz.pass_view(trace, pass_filter, side, legend_in_graph=False, **opts) for side in ("before", "after")]
+        rendered = [viz.render_view(v) for v in views]
+        panes = [(f"Before pass {pass_filter}", rendered[0].svg), (f"After pass {pass_filter}", rendered[1].svg)]
+        notes = views[1].notes + [r.note for r in rendered if r.note]
+        st.iframe(viz.panes_html(panes, views[0].focus + views[1].focus, views[1].legend, notes,
+                                 stacked=bar["picture"] == "Stacked", text_scale=bar["text_scale"]), height=height)
+        st.caption(f"Whole pass: each side laid out on its own. Before: {_drawn_note(views[0])}. "
+                   f"After: {_drawn_note(views[1])}.")
+        return
+    keep = opts.pop("keep") and not opts["modules"]
+    key = tuple(sorted(opts.items()))
+    try:
+        shared = None if not keep else _cached(
+            "trace_layout", (opts["fold_params"], opts["clusters"]),
+            lambda: viz.trace_layout(trace, fold_params=opts["fold_params"], clusters=opts["clusters"]))
+        pic = _cached("picture", (cur, *key), lambda: viz.step_picture(trace, cur, layout=shared, **opts))
+        if bar["picture"] == "Diff":
+            panes = [(f"Diff of step {cur}", _pinned_svg(pic.diff.source))]
+        else:
+            panes = [(f"Before step {cur}", _pinned_svg(pic.before.source)),
+                     (f"After step {cur}", _pinned_svg(pic.after.source))]
+    except Exception as e:  # noqa: BLE001 - a drawing failure is shown in place, never as a traceback
+        st.error(f"Step {cur} could not be drawn: {type(e).__name__}: {e}")
+        return
+    focus = list(dict.fromkeys(pic.before.focus + pic.after.focus))
+    st.iframe(viz.panes_html(panes, focus, pic.diff.legend, pic.diff.notes, stacked=bar["picture"] == "Stacked",
+                             text_scale=bar["text_scale"]), height=height * (2 if bar["picture"] == "Stacked" else 1))
+    how = "one layout for all steps" if pic.layout is shared else "one layout for before and after"
+    st.caption(f"Before: {_drawn_note(pic.before)}. After: {_drawn_note(pic.after)}. Layout: {pic.layout.method}, "
+               f"{how}" + (f" — {pic.layout.note}" if pic.layout.note else "") + ".")
 
 
 def step_details(trace, cur: int) -> None:
@@ -277,40 +347,6 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def timing(trace) -> None:
-    st.markdown("#### Per-pass timing and memory")
-    if ss.spec is None:
-        st.caption("Timing needs the model: this trace came from a file whose model is not a sample here.")
-        return
-    c = st.columns([1, 1, 4], vertical_alignment="bottom")
-    repeats = c[0].number_input("Repeats", 3, 200, 20, key="repeats")
-    if c[1].button("Measure per-pass timing", key="bench_btn"):
-        from optimus.bench import bench_pipeline
-
-        passes = [p["name"] for p in trace.passes if p.get("enabled", True)] or None
-        bar = st.progress(0.0, text="capturing and running the pipeline")
-
-        def progress(done: int, total: int, label: str) -> None:
-            bar.progress(min(1.0, done / max(total, 1)), text=f"{label}: {done}/{total}")
-
-        try:
-            ss.bench = bench_pipeline(ss.spec, passes=passes, repeats=int(repeats), progress=progress)
-        except Exception as e:  # noqa: BLE001
-            title, msg = S.error_message(e)
-            st.error(f"**Timing failed — {title}**: {msg}")
-        bar.empty()
-    b = ss.bench
-    if b is None:
-        st.caption("Times the baseline graph and the graph after each enabled pass (eager), round-robin, "
-                   "CUDA events on a GPU, wall clock on CPU.")
-        return
-    st.info(f"Measured on {viz.method_text(b)}.")
-    l, r = st.columns(2)
-    l.plotly_chart(viz.speedup_figure(b), width="stretch")
-    r.plotly_chart(viz.memory_figure(b), width="stretch")
-    st.dataframe(pd.DataFrame(viz.bench_rows(b)), hide_index=True, width="stretch")
-
-
 def downloads(trace) -> None:
     st.markdown("#### Export")
     c = st.columns(3)
@@ -329,7 +365,14 @@ def main() -> None:
     spec, run = sidebar()
     if run and spec:
         ss.report = None
-        run_spec(spec)
+        before, old = toggles.place(ss), ss.trace
+        source, selected = toggles.selection(ss, PIPELINE)
+        if source == toggles.INDUCTOR:
+            upstream.run_upstream(ss, spec, selected, ss.capture_method)
+        else:
+            run_spec(spec)
+        if ss.trace is not old:
+            toggles.keep_place(ss, before)
     if ss.error:  # shown once; the trace on screen is the last good one
         st.error(f"**{ss.error[0]}**: {ss.error[1]}" + ("\n\nStill showing the previous trace." if ss.trace else ""))
         ss.error = None
@@ -341,20 +384,33 @@ def main() -> None:
                     "and each rewrite is shown here as a before/after graph with the pattern sites highlighted. "
                     "You can also open a saved trace file.")
         return
-    header(trace)
+    s = viz.trace_summary(trace)
+    st.markdown(f"**{trace.model or 'model'}**: {s['nodes_before']:,} → {s['nodes_after']:,} nodes in "
+                f"{s['steps']} steps <span style='color:#888'>· {ss.source}</span>", unsafe_allow_html=True)
+    graph_breaks(trace)
+    toggles.stale_marker(ss, PIPELINE)
+    upstream.defects(trace)
+    debug.failure_tools(ss, trace)
     if not trace.steps:
         st.info("No pattern matched: the pipeline made no step. The captured graph:")
-        opts = graph_options(len(trace.initial_graph))
+        bar, opts = view_bar(len(trace.initial_graph))
         height = opts.pop("height")
-        opts.pop("stacked")
-        show_view(viz.snapshot_view(trace, 0, **opts), height)
+        opts.pop("fold"), opts.pop("keep")
+        show_view(viz.snapshot_view(trace, 0, legend_in_graph=False, **opts), height, bar["text_scale"])
+        header(trace)
     else:
         cur, pass_filter, mode = navigator(trace)
-        opts = graph_options(max(len(trace.before(cur)), len(trace.after(cur))))
-        graphs(trace, cur, pass_filter, mode, opts)
+        bar, opts = view_bar(max(len(trace.before(cur)), len(trace.after(cur))))
+        if bar["presentation"]:
+            st.markdown("<style>section[data-testid='stSidebar']{display:none}</style>", unsafe_allow_html=True)
+        graphs(trace, cur, pass_filter, mode, opts, bar)
         step_details(trace, cur)
+        header(trace)
+        debug.step_tools(ss, trace, cur)
+        inspector.inspector(ss, trace, cur)
         st.plotly_chart(viz.node_count_figure(trace, current=cur), width="stretch")
-    timing(trace)
+    timing_panel(trace, ss)
+    compare_view.compare_panel(ss)
     downloads(trace)
 
 

@@ -12,6 +12,7 @@ the caller chooses which graph to optimise; none is dropped silently.
 """
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -42,22 +43,38 @@ class Captured:
     breaks: list[str] = field(default_factory=list)
     method: str = "dynamo"
     seconds: float = 0.0
+    dynamo_graphs: int | None = None
+    eager: list[str] = field(default_factory=list)
 
     def info(self) -> dict:
-        """Plain-data summary stored in the Trace (``trace.capture``)."""
+        """Plain-data summary stored in the Trace (``trace.capture``). ``dynamo_graphs``
+        and ``breaks`` are what ``torch._dynamo.explain`` reports; ``graphs`` counts the
+        graphs handed to the backend (recompilations included); ``eager`` names the code
+        Dynamo ran outside any graph."""
         return {"method": self.method, "graphs": len(self.graphs), "graph_index": self.graph_index,
                 "graph_nodes": [len(g.graph.nodes) for g, _ in self.graphs], "breaks": self.breaks,
+                "dynamo_graphs": self.dynamo_graphs, "eager": self.eager,
                 "seconds": round(self.seconds, 3), "torch": torch.__version__}
 
     def summary(self) -> str:
-        """One line for humans, naming the graph breaks if there are any."""
+        """For humans: the graph chosen, and every graph break (full reason) and piece of
+        code run outside any graph, if there are any."""
         n = len(self.graphs)
         base = f"captured {len(self.gm.graph.nodes)} nodes with {self.method} in {self.seconds:.2f} s"
-        if n <= 1:
-            return base
-        reasons = "; ".join(self.breaks[:3]) + (" ..." if len(self.breaks) > 3 else "")
-        return (f"{base}: the model splits into {n} graphs ({len(self.breaks)} graph break(s): {reasons}); "
-                f"showing graph {self.graph_index + 1} of {n}")
+        lines = []
+        if n > 1 or self.breaks:
+            explain = (f"torch._dynamo.explain: {self.dynamo_graphs} graph(s), {len(self.breaks)} graph break(s)"
+                       if self.dynamo_graphs is not None else f"{len(self.breaks)} graph break(s)")
+            again = f"; {n} compiled graphs with recompilations" if self.dynamo_graphs not in (None, n) else ""
+            lines.append(f"{base}: {explain}{again}; showing graph {self.graph_index} (0-based) of {n} "
+                         f"(--graph N picks another)")
+            for i, b in enumerate(self.breaks, 1):
+                lines.append(f"  break {i}: " + b.replace("\n", "\n    "))
+        else:
+            lines.append(base)
+        for e in self.eager:
+            lines.append("  runs outside any graph: " + e.replace("\n", "\n    "))
+        return "\n".join(lines)
 
 
 def capture(model: torch.nn.Module, example_inputs: tuple, method: str = "dynamo",
@@ -73,22 +90,45 @@ def capture(model: torch.nn.Module, example_inputs: tuple, method: str = "dynamo
     if not isinstance(example_inputs, tuple):
         example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
     t0 = time.perf_counter()
-    if method == "symbolic":
-        graphs, breaks = [_symbolic(model, example_inputs)], []
-    else:
-        graphs, breaks = _dynamo(model, example_inputs)
+    dynamo_graphs, eager = None, []
+    try:
+        if method == "symbolic":
+            graphs, breaks = [_symbolic(model, example_inputs)], []
+        else:
+            graphs, breaks, dynamo_graphs, eager = _dynamo(model, example_inputs)
+    except CaptureError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any capture failure is bad input, explained
+        raise CaptureError(f"capturing {type(model).__name__} failed: {type(e).__name__}: {e}") from e
     if not graphs:
-        raise CaptureError("Dynamo produced no graph: the model has no tensor operations to capture")
+        why = f" (Dynamo ran it outside any graph: {eager[0]})" if eager else \
+            ": the model has no tensor operations to capture"
+        raise CaptureError(f"Dynamo produced no graph{why}")
     if graph_index is None:
         graph_index = max(range(len(graphs)), key=lambda i: len(graphs[i][0].graph.nodes))
     if not 0 <= graph_index < len(graphs):
         raise ValueError(f"graph_index {graph_index} is outside 0..{len(graphs) - 1}")
     gm, ex = graphs[graph_index]
-    return Captured(gm, ex, graphs, graph_index, breaks, method, time.perf_counter() - t0)
+    return Captured(gm, ex, graphs, graph_index, breaks, method, time.perf_counter() - t0, dynamo_graphs, eager)
 
 
-def _dynamo(model, inputs) -> tuple[list, list[str]]:
+def _copied(inputs: tuple) -> tuple:
+    """A deep copy of the example inputs, so that a capture never changes the caller's
+    objects (an input may cache values derived from its tensors, as torchrec's
+    KeyedJaggedTensor does in ``to_dict()``); the inputs themselves if they cannot be
+    copied."""
+    try:
+        return copy.deepcopy(inputs)
+    except Exception:  # noqa: BLE001 - an uncopyable input is used as it is
+        return inputs
+
+
+def _dynamo(model, inputs) -> tuple[list, list[str], int | None, list[str]]:
+    """Graphs from a ``torch.compile`` backend (with their example inputs), then graph
+    count and break reasons from ``torch._dynamo.explain``, and the frames Dynamo ran
+    eagerly, each with its reason (from Dynamo's ``unimplemented`` counters)."""
     import torch._dynamo
+    from torch._dynamo.utils import counters
 
     graphs: list[tuple[GraphModule, tuple]] = []
 
@@ -97,28 +137,39 @@ def _dynamo(model, inputs) -> tuple[list, list[str]]:
         return gm.forward
 
     torch._dynamo.reset()
+    seen = dict(counters["unimplemented"])  # Dynamo's counters are global: read only what this run adds
     try:
         with torch.no_grad():
-            torch.compile(model, backend=backend, dynamic=False)(*inputs)
+            torch.compile(model, backend=backend, dynamic=False)(*_copied(inputs))
     except Exception as e:  # noqa: BLE001 - turned into a specific, explained error
         raise CaptureError(f"Dynamo could not capture {type(model).__name__}: {type(e).__name__}: "
                            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
     finally:
         torch._dynamo.reset()
-    breaks: list[str] = []
-    if len(graphs) > 1:
-        breaks = _break_reasons(model, inputs) or [f"{len(graphs) - 1} break(s); Dynamo gave no reason"]
-    return graphs, breaks
+    new = [r for r, k in counters["unimplemented"].items() if k > seen.get(r, 0)]
+    eager = [_reason_text(r) for r in new if "frame skipped" in r or "Skipping the frame" in r]
+    dynamo_graphs, breaks = None, []
+    if len(graphs) > 1 or new:
+        dynamo_graphs, breaks = _explain(model, inputs)
+    return graphs, breaks, dynamo_graphs, eager
 
 
-def _break_reasons(model, inputs) -> list[str]:
+def _reason_text(reason: str) -> str:
+    """Dynamo's reason without its blank lines and documentation link."""
+    lines = [ln.rstrip() for ln in reason.strip().splitlines()]
+    return "\n".join(ln for ln in lines if ln and not ln.lstrip().startswith("For more details"))
+
+
+def _explain(model, inputs) -> tuple[int | None, list[str]]:
+    """``torch._dynamo.explain``'s graph count and one text per break: the full reason
+    (operator, explanation, Dynamo's hint) and the user frame it happened in."""
     import torch._dynamo
 
     try:
         with torch.no_grad():
-            out = torch._dynamo.explain(model)(*inputs)
+            out = torch._dynamo.explain(model)(*_copied(inputs))
     except Exception as e:  # noqa: BLE001
-        return [f"(reasons unavailable: explain raised {type(e).__name__})"]
+        return None, [f"(reasons unavailable: explain raised {type(e).__name__}: {e})"]
     finally:
         torch._dynamo.reset()
     reasons = []
@@ -126,9 +177,9 @@ def _break_reasons(model, inputs) -> list[str]:
         where = ""
         if br.user_stack:
             fr = br.user_stack[-1]
-            where = f" at {fr.filename.rsplit('/', 1)[-1]}:{fr.lineno}"
-        reasons.append(f"{br.reason.strip().splitlines()[0]}{where}")
-    return reasons
+            where = f"\nat {fr.filename}:{fr.lineno} in {fr.name}" + (f": {fr.line.strip()}" if fr.line else "")
+        reasons.append(f"{_reason_text(br.reason)}{where}")
+    return out.graph_count, reasons
 
 
 class _IntoModules(torch.fx.Tracer):
@@ -151,10 +202,10 @@ def _symbolic(model, inputs) -> tuple[GraphModule, tuple]:
     gm = GraphModule(tracer.root, graph, type(model).__name__)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     try:
-        FakeTensorProp(gm, mode).propagate(*inputs)
+        FakeTensorProp(gm, mode).propagate(*_copied(inputs))
     except Exception as e:  # noqa: BLE001
         raise CaptureError(f"shape propagation failed: {type(e).__name__}: {e}") from e
     for n in gm.graph.nodes:
         if "val" in n.meta:
             n.meta["example_value"] = n.meta["val"]
-    return gm, tuple(inputs)
+    return gm, _copied(tuple(inputs))  # reference runs call the graph on these: not the caller's objects

@@ -1,16 +1,27 @@
 """The ``optimus`` command.
 
-    optimus run MODEL [--passes a,b] [--verify step|end|off] [--grads] [--trace out.json]
+    optimus run MODEL [--passes a,b] [--skip c,d] [--verify step|end|off] [--grads] [--trace out.json]
+                [--search global|upstream] [--profitable-only] [--estimate]
+    optimus samples
     optimus passes
-    optimus bench MODEL [--passes a,b] [--repeats N] [--compile] [--json out.json]
+    optimus bench MODEL [--device cpu|cuda] [--mode inference|training] [--compile] [--against-upstream]
+                  [--alone] [--passes a,b] [--repeats N] [--threads N] [--json out.json]
     optimus show TRACE.json
-    optimus why MODEL NODE
+    optimus repro TRACE.json [--step N] [-o repro.py]
+    optimus diff TRACE.json [--step N]
+    optimus bisect MODEL [--verify off|step] [--trace out.json]
+    optimus observe MODEL [--options JSON] [--verify step|off] [--trace out.json]
+    optimus compare MODEL [--options JSON]
+    optimus inspect TRACE.json NODE [--step N]
+    optimus why MODEL NODE [--step N] [--pattern P] [--search global|upstream]
     optimus app [--port N]
 
-MODEL is ``sample:NAME`` (``optimus run sample:recsys_towers``) or
-``package.module:factory`` (a callable returning ``(model, example_inputs)``).
+MODEL is ``sample:NAME`` (``optimus run sample:recsys_towers``; ``optimus samples`` lists
+them), ``package.module:factory`` or ``path/to/file.py:factory`` (a callable returning
+``(model, example_inputs)``, resolved from the current directory), or a ``.pt2`` file
+saved by ``torch.export.save``.
 Exit status: 0 ok; 1 a step failed verification; 2 bad input (unknown model or pass,
-untraceable model, unreadable trace); 3 a pattern raised.
+untraceable model, unreadable trace); 3 a pattern (or an observed upstream pass) raised.
 """
 from __future__ import annotations
 
@@ -54,16 +65,17 @@ def _passes_arg(text: str | None) -> list[str] | None:
 def cmd_run(a) -> int:
     from optimus.capture import CaptureError
     from optimus.engine import PatternError
+    from optimus.passes import default_pipeline
+    from optimus.patternfile import PatternFileError, load_pattern_file, pipeline_with
     from optimus.run import ModelSpecError, optimize
 
-    from optimus.patternfile import PatternFileError, load_pattern_file, pipeline_with
-
     try:
-        pipeline, passes = None, _passes_arg(a.passes)
+        pipeline = default_pipeline(search=a.search, profitable_only=a.profitable_only)
+        passes = _passes_arg(a.passes)
         if a.pattern_file:
-            pipeline, passes = pipeline_with(load_pattern_file(a.pattern_file), passes), None
-        res = optimize(a.model, passes=passes, verify=a.verify, grads=a.grads,
-                       capture_method=a.capture, graph_index=a.graph, pipeline=pipeline,
+            pipeline, passes = pipeline_with(load_pattern_file(a.pattern_file), passes, base=pipeline), None
+        res = optimize(a.model, passes=passes, skip=_passes_arg(a.skip), verify=a.verify,
+                       grads=a.grads, capture_method=a.capture, graph_index=a.graph, pipeline=pipeline,
                        on_capture=lambda c: print(c.summary(), file=sys.stderr))
     except (ModelSpecError, CaptureError, PatternFileError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
@@ -75,6 +87,12 @@ def cmd_run(a) -> int:
     print(steps_table(t))
     print(f"\nnodes: {t.nodes_before} -> {t.nodes_after} in {len(t.steps)} steps "
           f"({', '.join(f'{p}: {len(t.steps_of_pass(p))}' for p in dict.fromkeys(s.pass_name for s in t.steps)) or 'nothing matched'})")
+    if t.steps and a.estimate:
+        from optimus.profit import pass_estimates
+
+        print("estimated effect per call (optimus.profit; CPU eager constants):")
+        for name, e in pass_estimates(t).items():
+            print(f"  {name:28s} {e.text()}")
     if t.final_verify is not None and t.final_verify.ok is not None:
         print(f"verify ({a.verify}): {_fmt_verify(t.final_verify)} {t.final_verify.message}".rstrip())
     if a.trace:
@@ -85,6 +103,26 @@ def cmd_run(a) -> int:
         which = ", ".join(str(s.index) for s in failed if s is not None) or "the final graph"
         print(f"optimus: verification failed at step(s) {which}", file=sys.stderr)
         return EXIT_VERIFY
+    return 0
+
+
+MODEL_HELP = ("sample:NAME (`optimus samples`), package.module:factory or path/to/file.py:factory "
+              "(resolved from the current directory; the factory returns (model, example_inputs)), "
+              "or path/to/model.pt2 (saved by torch.export.save)")
+
+
+def samples_text() -> str:
+    """The sample models as an indented list: name, kind, description."""
+    from optimus.run import sample_list
+
+    rows = sample_list()
+    w = max(len(n) for n, _, _ in rows)
+    return "sample models (MODEL sample:NAME):\n" + "\n".join(
+        f"  {n:{w}s}  {k:9s}  {d}" for n, k, d in rows)
+
+
+def cmd_samples(a) -> int:
+    print(samples_text())
     return 0
 
 
@@ -108,16 +146,40 @@ def cmd_passes(a) -> int:
 def cmd_bench(a) -> int:
     from optimus.bench import bench_pipeline
     from optimus.capture import CaptureError
+    from optimus.engine import PatternError
     from optimus.run import ModelSpecError
 
-    try:
-        r = bench_pipeline(a.model, passes=_passes_arg(a.passes), repeats=a.repeats, compile=a.compile)
-    except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
-        print(f"optimus: {e}", file=sys.stderr)
+    if a.repeats < 1 or a.warmup < 0 or (a.threads is not None and a.threads < 1):
+        print("optimus: --repeats and --threads must be at least 1, --warmup at least 0", file=sys.stderr)
         return EXIT_INPUT
+    if a.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("optimus: --device cuda: CUDA is not available on this machine", file=sys.stderr)
+            return EXIT_INPUT
+
+    def progress(done: int, total: int, label: str) -> None:
+        if a.progress:
+            print(f"\r{done}/{total} {label[:60]:60s}", end="" if done < total else "\n", file=sys.stderr)
+
+    try:
+        r = bench_pipeline(a.model, passes=_passes_arg(a.passes), repeats=a.repeats, warmup=a.warmup,
+                           compile=a.compile, device=a.device, mode=a.mode, alone=a.alone,
+                           against_upstream=a.against_upstream, reference=not a.no_reference, threads=a.threads,
+                           graph_index=getattr(a, "graph", None), progress=progress, final_only=a.final_only)
+    except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
+        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return EXIT_INPUT
+    except PatternError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_PATTERN
     print(r.table())
+    print(f"graph timed: {f'graph {a.graph} (0-based)' if a.graph is not None else 'the one with the most nodes'} "
+          "of the captured model (optimus run prints its graph breaks)")
     if a.json:
         Path(a.json).write_text(json.dumps(r.to_json(), indent=1))
+        print(f"result written to {a.json}")
     return 0
 
 
@@ -136,37 +198,223 @@ def cmd_show(a) -> int:
 
 def cmd_why(a) -> int:
     from optimus.capture import CaptureError, capture
-    from optimus.pattern import BatchPattern, explain, get, group_size
+    from optimus.engine import PatternError
+    from optimus.passes import default_pipeline
     from optimus.run import ModelSpecError, load_model
+    from optimus.why import DryRun, WhyError
 
     try:
         model, inputs, _ = load_model(a.model)
-        gm = capture(model, inputs, method=a.capture).gm
-    except (ModelSpecError, CaptureError) as e:
+        gm = capture(model, inputs, method=a.capture, graph_index=a.graph).gm
+        pipe = default_pipeline(search=a.search)
+        if a.passes:
+            pipe = pipe.only(_passes_arg(a.passes))
+        report = DryRun(gm, pipe, a.step).explain(a.node, _passes_arg(a.pattern))
+    except (ModelSpecError, CaptureError, WhyError, KeyError, ValueError) as e:
+        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return EXIT_INPUT
+    except PatternError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_PATTERN
+    print(report.text())
+    return 0
+
+
+def _load_trace(path: str):
+    from optimus.trace import Trace, TraceFormatError
+
+    try:
+        return Trace.load(path)
+    except (OSError, TraceFormatError) as e:
+        print(f"optimus: cannot read {path}: {e}", file=sys.stderr)
+        return None
+
+
+def _step_index(t, step: int | None) -> int | None:
+    """``step`` checked against the trace (default: the first failing step, else the
+    last); None (after a message) when there is no such step."""
+    if step is None:
+        failed = t.failed_steps()
+        step = failed[0].index if failed else len(t.steps)
+    if not 1 <= step <= len(t.steps):
+        print(f"optimus: there is no step {step}; the trace has {len(t.steps)}", file=sys.stderr)
+        return None
+    return step
+
+
+def cmd_repro(a) -> int:
+    from optimus.rebuild import RebuildError
+    from optimus.repro import ReproError, repro_script
+
+    t = _load_trace(a.trace)
+    index = None if t is None else _step_index(t, a.step)
+    if index is None:
+        return EXIT_INPUT
+    try:
+        text = repro_script(t, index)
+    except (ReproError, RebuildError) as e:
         print(f"optimus: {e}", file=sys.stderr)
         return EXIT_INPUT
-    node = next((n for n in gm.graph.nodes if n.name == a.node), None)
-    if node is None:
-        names = [n.name for n in gm.graph.nodes if n.op != "placeholder"]
-        print(f"optimus: no node {a.node!r} in the captured graph; nodes: {', '.join(names[:40])}"
-              + (" ..." if len(names) > 40 else ""), file=sys.stderr)
-        return EXIT_INPUT
-    from optimus.record import target_name
+    if a.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        Path(a.output).write_text(text)
+        s = t.step(index)
+        print(f"repro of step {index} ({s.pass_name} / {s.pattern}) written to {a.output}; "
+              f"run it with: python {a.output}")
+    return 0
 
-    print(f"{node.name} = {node.op} {target_name(node)}")
-    for name, reason in explain(node).items():
-        if reason is not None:
-            print(f"  {name:32s} no: {reason}")
-            continue
-        p = get(name)
-        if not isinstance(p, BatchPattern):
-            print(f"  {name:32s} matches here")
-            continue
-        size, need = group_size(p, node), p.options.min_fuse_set_size
-        verdict = (f"too few to fuse (needs {need})" if size < need else
-                   f"fuses if {need}+ of them are independent and all within "
-                   f"{p.options.max_fuse_search_depth} producer hops of one node")
-        print(f"  {name:32s} member: {size} node(s) share its group key; {verdict}")
+
+def cmd_diff(a) -> int:
+    from optimus.codediff import code_diff, diff_text
+    from optimus.rebuild import RebuildError
+
+    t = _load_trace(a.trace)
+    index = None if t is None else _step_index(t, a.step)
+    if index is None:
+        return EXIT_INPUT
+    try:
+        lines = code_diff(t, index, context=a.context)
+    except RebuildError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    s = t.step(index)
+    color = a.color == "always" or (a.color == "auto" and sys.stdout.isatty())
+    sys.stdout.write(diff_text(lines, f"step {index} ({s.pass_name} / {s.pattern})", color=color))
+    return 0
+
+
+def cmd_bisect(a) -> int:
+    from optimus.bisect import bisect_trace, first_failing
+    from optimus.capture import CaptureError
+    from optimus.engine import PatternError
+    from optimus.rebuild import RebuildError
+    from optimus.run import ModelSpecError, optimize
+
+    try:
+        res = optimize(a.model, passes=_passes_arg(a.passes), skip=_passes_arg(a.skip), verify=a.verify,
+                       grads=a.grads, capture_method=a.capture, graph_index=a.graph)
+    except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
+        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return EXIT_INPUT
+    except PatternError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_PATTERN
+    t = res.trace
+    if a.trace:
+        t.save(a.trace)
+    try:
+        b = first_failing(t) if a.verify == "step" else bisect_trace(t, res.captured.example_inputs, a.grads)
+    except RebuildError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    if b.direct:
+        print(f"{len(t.steps)} steps, each verified as it was applied")
+    else:
+        print(f"{b.steps} steps; checked {len(b.probes)} replayed graph(s) against the original "
+              f"(at most {b.max_probes}):")
+        for k, v in b.probes:
+            print(f"  after step {k:4d}: {_fmt_verify(v)} {v.message.splitlines()[0] if v.message else ''}".rstrip())
+    if b.first_bad is None:
+        print(b.message)
+        return 0
+    s = t.step(b.first_bad)
+    print(f"first failing step: {s.index} ({s.pass_name} / {s.pattern}) at {', '.join(s.sites[:8])}"
+          + (" ..." if len(s.sites) > 8 else ""))
+    if a.trace:
+        print(f"next: optimus diff {a.trace} --step {s.index}; optimus repro {a.trace} --step {s.index} -o repro.py")
+    return EXIT_VERIFY
+
+
+def _options_arg(text: str | None) -> dict | None:
+    """``--options`` JSON text -> dict (None: upstream's equivalent of our pipeline).
+    Raises ValueError for text that is not a JSON object."""
+    if text is None:
+        return None
+    try:
+        opts = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--options is not JSON: {e}") from e
+    if not isinstance(opts, dict):
+        raise ValueError(f"--options must be a JSON object {{pass name: options}}, not {type(opts).__name__}")
+    return opts
+
+
+def _bad_input():
+    from optimus.capture import CaptureError
+    from optimus.run import ModelSpecError
+
+    return (ModelSpecError, CaptureError, KeyError, TypeError, ValueError)
+
+
+def cmd_observe(a) -> int:
+    from optimus.capture import CaptureError, capture
+    from optimus.inductor import check_options, default_options
+    from optimus.run import ModelSpecError, load_model, observe
+
+    try:
+        options = _options_arg(a.options)
+        options = default_options() if options is None else options
+        check_options(options)
+        model, inputs, name = load_model(a.model)
+        captured = capture(model, inputs, method=a.capture, graph_index=a.graph)
+    except (ModelSpecError, CaptureError, KeyError, TypeError, ValueError) as e:
+        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        res = observe(name, options=options, verify=a.verify == "step", captured=captured)
+    except Exception as e:  # noqa: BLE001 - upstream's passes raising is itself the finding
+        print(f"optimus: PyTorch Inductor's pre-grad passes raised {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_PATTERN
+    t = res.trace
+    print(f"PyTorch Inductor pre-grad passes (torch {t.capture.get('torch')}), pre_grad_fusion_options: "
+          f"{', '.join(res.options) or 'none'}")
+    print(steps_table(t))
+    print(f"\nnodes: {t.nodes_before} -> {t.nodes_after} in {len(t.steps)} upstream steps")
+    if t.final_verify is not None and t.final_verify.ok is not None:
+        first = t.final_verify.message.splitlines()[0] if t.final_verify.message else ""
+        print(f"verify: {_fmt_verify(t.final_verify)} {first}".rstrip())
+    for s in t.failed_steps():
+        msg = s.verify.message.splitlines()[0] if s.verify.message else ""
+        print(f"UPSTREAM DEFECT: step {s.index} ({s.pass_name} / {s.pattern}) fails verification: {msg}")
+    if a.trace:
+        n = t.save(a.trace)
+        print(f"trace written to {a.trace} ({n:,} bytes)")
+    return EXIT_VERIFY if t.failed_steps() or (t.final_verify and t.final_verify.ok is False) else 0
+
+
+def cmd_compare(a) -> int:
+    from optimus.compare import compare_model, comparison_text
+    from optimus.engine import PatternError
+
+    try:
+        c = compare_model(a.model, _options_arg(a.options), capture_method=a.capture, graph_index=a.graph)
+    except _bad_input() as e:
+        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return EXIT_INPUT
+    except PatternError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_PATTERN
+    print(comparison_text(c))
+    if a.trace:
+        c.ours.save(f"{a.trace}.ours.json")
+        c.upstream.save(f"{a.trace}.upstream.json")
+        print(f"traces written to {a.trace}.ours.json and {a.trace}.upstream.json")
+    return EXIT_VERIFY if c.upstream_defects or c.ours_failed else 0
+
+
+def cmd_inspect(a) -> int:
+    from optimus.nodeinfo import NodeNotFound, node_info, node_info_text
+
+    t = _load_trace(a.trace)
+    if t is None:
+        return EXIT_INPUT
+    try:
+        info = node_info(t, a.node, a.step)
+    except (NodeNotFound, IndexError) as e:
+        print(f"optimus: {e.args[0]}", file=sys.stderr)
+        return EXIT_INPUT
+    print(node_info_text(info))
     return 0
 
 
@@ -231,13 +479,22 @@ def cmd_app(a) -> int:
     return subprocess.call(app_command(a.port, a.host, a.headless), env=env)
 
 
+def cmd_report(a) -> int:
+    """Write the HTML report of a saved trace. The drawing lives in ``viz`` (which ``optimus``
+    does not import), so this runs ``python -m viz``; its exit status (2: bad input) is ours."""
+    cmd = [sys.executable, "-m", "viz", a.trace, "-o", a.output, "--hops", str(a.hops)]
+    return subprocess.call(cmd, cwd=os.getcwd())
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="optimus", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="capture a model and run the Optimus pipeline, one recorded step per match")
-    r.add_argument("model", help="sample:NAME or package.module:factory")
+    r = sub.add_parser("run", help="capture a model and run the Optimus pipeline, one recorded step per match",
+                       epilog=samples_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("model", help=MODEL_HELP)
     r.add_argument("--passes", help="comma-separated pass names to enable (`optimus passes` lists them; "
                    "default: all)")
+    r.add_argument("--skip", help="comma-separated pass names to switch off (applied after --passes)")
     r.add_argument("--verify", choices=["step", "end", "off"], default="end",
                    help="compare outputs with the original model after every step, once at the end "
                    "(default), or never")
@@ -245,9 +502,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--trace", help="write the trace JSON here")
     r.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
     r.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    r.add_argument("--search", choices=["global", "upstream"], default=None,
+                   help="how batch fusions find groups: global (default; every independent group of one key) "
+                   "or upstream (PyTorch's bounded search, for parity)")
+    r.add_argument("--profitable-only", action="store_true",
+                   help="skip fusions whose estimated effect per call is a slowdown (optimus.profit)")
+    r.add_argument("--estimate", action="store_true",
+                   help="print each pass's estimated effect per call (kernels saved, bytes copied)")
     r.add_argument("--pattern-file", help="a pattern file (pattern/replacement functions or PATTERNS): its patterns "
                    "run as one extra pass, named after the file, after the default pipeline (alone with --passes NAME)")
     r.set_defaults(fn=cmd_run)
+    m = sub.add_parser("samples", help="list the sample models (MODEL sample:NAME)")
+    m.set_defaults(fn=cmd_samples)
     m = sub.add_parser("match", help="preview where a pattern file's patterns match a model's graph, changing nothing")
     m.add_argument("model", help="sample:NAME or package.module:factory")
     m.add_argument("--pattern-file", required=True, help="the pattern file (see docs/pattern-lab.md)")
@@ -259,21 +525,103 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(fn=cmd_match)
     p = sub.add_parser("passes", help="list the patterns with description, preconditions and source")
     p.set_defaults(fn=cmd_passes)
-    b = sub.add_parser("bench", help="time the graph after each pass (CUDA events on GPU, wall clock on CPU)")
+    b = sub.add_parser("bench", help="time and size the graph after each pass, side by side in one run "
+                       "(CUDA events on GPU, wall clock on CPU)")
     b.add_argument("model", help="sample:NAME or package.module:factory")
     b.add_argument("--passes", help="comma-separated pass names to enable (default: all)")
-    b.add_argument("--repeats", type=int, default=20, help="timed runs per stage after warm-up (default: 20)")
+    b.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
+    b.add_argument("--mode", choices=["inference", "training"], default="inference",
+                   help="inference: forward under no_grad, weights pre-packed (default); training: forward + "
+                   "backward, weights stacked per call")
     b.add_argument("--compile", action="store_true", help="also time each stage under torch.compile (Inductor)")
+    b.add_argument("--against-upstream", action="store_true",
+                   help="add stage 'upstream': PyTorch's pre-grad passes with the equivalent pre_grad_fusion_options")
+    b.add_argument("--alone", action="store_true", help="also time each pass applied alone")
+    b.add_argument("--final-only", action="store_true",
+                   help="time the baseline and the whole pipeline only, not the graph after each pass")
+    b.add_argument("--no-reference", action="store_true", help="skip the model's hand-fused reference")
+    b.add_argument("--repeats", type=int, default=20, help="timed rounds after warm-up (default: 20)")
+    b.add_argument("--warmup", type=int, default=3, help="warm-up calls per variant (default: 3)")
+    b.add_argument("--threads", type=int, default=None, help="torch CPU threads for the run (default: as is)")
+    b.add_argument("--progress", action="store_true", help="show progress on stderr")
     b.add_argument("--json", help="write the result as JSON here")
+    b.add_argument("--graph", type=int, default=None,
+                   help="with graph breaks: which graph to time (0-based; default: the one with the most nodes)")
     b.set_defaults(fn=cmd_bench)
     s = sub.add_parser("show", help="print the steps of a saved trace")
     s.add_argument("trace")
     s.set_defaults(fn=cmd_show)
-    y = sub.add_parser("why", help="for one node of a model's graph, why each pattern does or does not apply")
+    y = sub.add_parser("why", help="for one node, what each pattern does with it in a dry run of the pipeline "
+                       "(fuses at step N with ..., or the reason it does not)")
     y.add_argument("model")
     y.add_argument("node", help="FX node name, e.g. linear_3")
+    y.add_argument("--step", type=int, default=None,
+                   help="explain the node in the graph before step N of the run (default: the captured graph)")
+    y.add_argument("--pattern", help="comma-separated pattern names to answer for (default: every pattern)")
+    y.add_argument("--passes", help="comma-separated pass names to enable (default: all)")
+    y.add_argument("--search", choices=["global", "upstream"], default=None,
+                   help="batch fusions' search (default: global; upstream: PyTorch's bounded search)")
     y.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
+    y.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
     y.set_defaults(fn=cmd_why)
+    o = sub.add_parser("report", help="write a self-contained HTML report of a saved trace (before/after and diff "
+                       "of every step, left/right keys between steps)")
+    o.add_argument("trace", help="trace JSON written by `optimus run --trace` or the app")
+    o.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    o.add_argument("--hops", type=int, default=2, help="neighbourhood hops of big graphs' views (default 2)")
+    o.set_defaults(fn=cmd_report)
+    rp = sub.add_parser("repro", help="write a standalone script that replays one step of a trace and "
+                        "checks it (no model code needed)")
+    rp.add_argument("trace", help="trace JSON written by run --trace or observe --trace")
+    rp.add_argument("--step", type=int, help="step index (default: the first failing step, else the last)")
+    rp.add_argument("-o", "--output", help="write the script here (default: stdout)")
+    rp.set_defaults(fn=cmd_repro)
+    df = sub.add_parser("diff", help="the GraphModule code before vs after one step, as a unified diff "
+                        "(> marks the lines of the step's sites and created nodes)")
+    df.add_argument("trace")
+    df.add_argument("--step", type=int, help="step index (default: the first failing step, else the last)")
+    df.add_argument("--context", type=int, default=3, help="unchanged lines around each change (default: 3)")
+    df.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    df.set_defaults(fn=cmd_diff)
+    bi = sub.add_parser("bisect", help="find the first step whose graph no longer matches the original "
+                        "(binary search over the replayed steps)")
+    bi.add_argument("model", help=MODEL_HELP)
+    bi.add_argument("--passes", help="comma-separated pass names to enable (default: all)")
+    bi.add_argument("--skip", help="comma-separated pass names to switch off")
+    bi.add_argument("--verify", choices=["off", "step"], default="off",
+                    help="off (default): run unverified, then check O(log steps) replayed graphs; "
+                    "step: verify every step while running and report the first failure")
+    bi.add_argument("--grads", action="store_true", help="also compare gradients")
+    bi.add_argument("--trace", help="write the trace JSON here (for diff and repro)")
+    bi.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
+    bi.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    bi.set_defaults(fn=cmd_bisect)
+    ob = sub.add_parser("observe", help="record PyTorch Inductor's own pre-grad passes step by step, "
+                        "each step verified")
+    ob.add_argument("model", help=MODEL_HELP)
+    ob.add_argument("--options", help="pre_grad_fusion_options as JSON, e.g. '{\"batch_layernorm\": {}}' "
+                    "(default: upstream's equivalent of our default pipeline)")
+    ob.add_argument("--verify", choices=["step", "off"], default="step",
+                    help="step (default): check every step where upstream leaves the graph sorted, and the result")
+    ob.add_argument("--trace", help="write the trace JSON here (show, diff, repro and the app read it)")
+    ob.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
+    ob.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    ob.set_defaults(fn=cmd_observe)
+    cp = sub.add_parser("compare", help="our passes vs PyTorch Inductor's on the same captured graph")
+    cp.add_argument("model", help=MODEL_HELP)
+    cp.add_argument("--options", help="pre_grad_fusion_options as JSON for both runs (default: our default "
+                    "pipeline vs upstream's equivalent)")
+    cp.add_argument("--trace", help="write both traces: TRACE.ours.json and TRACE.upstream.json")
+    cp.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
+    cp.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    cp.set_defaults(fn=cmd_compare)
+    ins = sub.add_parser("inspect", help="one node of a trace: op, args, shape, strides, dtype, module, inputs, "
+                         "users, source, and where it came from and went across the steps")
+    ins.add_argument("trace")
+    ins.add_argument("node", help="FX node name, e.g. layer_norm_3")
+    ins.add_argument("--step", type=int, help="the graph after this many steps (default: the last graph "
+                     "holding the node; 0 is the captured graph)")
+    ins.set_defaults(fn=cmd_inspect)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)
     w.add_argument("--host", default="127.0.0.1",
@@ -286,7 +634,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except BrokenPipeError:  # the reader left (`optimus passes | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the flush at exit does not raise again
+        return 0
 
 
 if __name__ == "__main__":

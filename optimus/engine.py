@@ -22,9 +22,10 @@ from torch.fx import Graph, GraphModule, Node
 
 from optimus import verify as _verify
 from optimus.pattern import BatchPattern, Miss, Pattern, RewritePattern, SearchOptions, graph_unchanged
+from optimus.profit import group_estimate
 from optimus.record import Recording, recording, snapshot_graph
-from optimus.search import (CandidateSearch, GraphIndex, KeyCache, downstream, independent_subsets,
-                            is_search_root)
+from optimus.search import (CandidateSearch, GraphIndex, KeyCache, downstream, global_groups,
+                            independent_subsets, is_search_root)
 from optimus.trace import Step, Trace, VerifyResult
 
 VERIFY_MODES = ("step", "end", "off")
@@ -250,10 +251,12 @@ class Engine:
             with graph_unchanged():
                 for n in nodes:
                     self._key(pattern, cache, n, p)
-            big = {k for k, c in cache.counts.items() if c >= opts.min_fuse_set_size}
-            sources = [n for n, k in cache.items() if k is not None and k in big]
-            reach = downstream(sources, cache.__getitem__, opts.max_fuse_search_depth) if sources else ()
-            dirty = {n for n in reach if is_search_root(n)}
+            dirty: set[Node] = set()
+            if opts.search == "upstream":  # the global search keeps no roots
+                big = {k for k, c in cache.counts.items() if c >= opts.min_fuse_set_size}
+                sources = [n for n, k in cache.items() if k is not None and k in big]
+                reach = downstream(sources, cache.__getitem__, opts.max_fuse_search_depth) if sources else ()
+                dirty = {n for n in reach if is_search_root(n)}
             self._batch[pattern] = (cache, dirty, CandidateSearch(cache.__getitem__, opts.max_fuse_search_depth), opts)
 
     def _key(self, pattern: BatchPattern, cache: KeyCache, n: Node, p: Pass):
@@ -262,8 +265,44 @@ class Engine:
         except Exception as e:  # noqa: BLE001
             raise PatternError(p.name, pattern.name, [n.name], e) from e
 
+    def _sweep_global(self, p: Pass, pattern: BatchPattern) -> Iterator[Step]:
+        """One sweep of the global search (:func:`optimus.search.global_groups`): every
+        live node with users and a group key is a candidate; key classes of at least
+        ``min_fuse_set_size`` nodes, in graph order of their first member, are split into
+        independent groups, each fused as one step."""
+        cache, _, _, opts = self._batch[pattern]
+        nodes = self._anchored(pattern.anchors) if pattern.anchors else list(self.gm.graph.nodes)
+        classes: dict = {}
+        t_match = time.perf_counter()
+        with graph_unchanged():
+            for n in nodes:
+                if n.users and not n._erased:
+                    k = self._key(pattern, cache, n, p)
+                    if k is not None:
+                        classes.setdefault(k, []).append(n)
+        pos = self.index.pos
+        todo = sorted((m for m in classes.values() if len(m) >= opts.min_fuse_set_size),
+                      key=lambda m: min(map(pos.__getitem__, m)))
+        skipped: set[Node] = set()  # members of groups the profit estimate refused
+        for members in todo:
+            k = cache[members[0]]
+
+            def still(n: Node, k=k) -> bool:
+                return not n._erased and n not in skipped and bool(n.users) and self._key(pattern, cache, n, p) == k
+
+            for subset in global_groups(members, self.index, opts, still):
+                if opts.profitable_only and not group_estimate(self.gm, pattern.fuse, subset).profitable:
+                    skipped.update(subset)
+                    continue
+                match_s = time.perf_counter() - t_match
+                yield self._apply(p, pattern, subset, lambda s=subset: pattern.fuse(self.gm.graph, s), match_s)
+                t_match = time.perf_counter()
+
     def _sweep_batch(self, p: Pass, pattern: BatchPattern) -> Iterator[Step]:
         cache, dirty, search, opts = self._batch[pattern]
+        if opts.search != "upstream":
+            yield from self._sweep_global(p, pattern)
+            return
         if not dirty:
             return
         node = self.gm.graph.output_node()
@@ -377,6 +416,8 @@ class Engine:
             search.forget(changed)
             search.forget(rec.erased)
             dirty.difference_update(rec.erased)
+            if opts.search != "upstream":
+                continue
             # created and rewired nodes are users of changed nodes, so they are in reach too
             reach = downstream(changed, cache.__getitem__, opts.max_fuse_search_depth)
             search.forget(reach)

@@ -133,6 +133,27 @@ def check_options(options: dict) -> None:
             raise TypeError(f"options for {k!r} must be a dict, not {type(v).__name__}")
 
 
+#: our passes with no upstream pass of the same name -> upstream's passes doing that work
+OUR_PASS_UPSTREAM = {"split_cat_cleanup": ["unbind_stack_pass", "split_cat_pass"]}
+
+
+def default_options() -> dict:
+    """Upstream's ``pre_grad_fusion_options`` equivalent of our default pipeline
+    (:func:`optimus.passes.default_pipeline`): each of its passes under the same name, and
+    ``split_cat_cleanup`` (identity stack/unbind and split/cat removal) as upstream's
+    ``unbind_stack_pass`` and ``split_cat_pass`` (:data:`OUR_PASS_UPSTREAM`), all with
+    upstream's default options (``{}``), in pipeline order."""
+    from optimus.passes import default_pipeline
+
+    known = set(known_pre_grad_passes())
+    out: dict = {}
+    for name in default_pipeline().names():
+        for up in OUR_PASS_UPSTREAM.get(name, [name]):
+            if up in known:
+                out.setdefault(up, {})
+    return out
+
+
 # --------------------------------------------------------------------------- counters
 
 
@@ -219,6 +240,8 @@ class _Watcher:
         self._outside: Any = None
         self._outside_rec: Recording | None = None
         self._t_end = time.perf_counter()
+        #: (application, recording, touched nodes, exception) of a rule call that raised
+        self.failure: tuple[Application, Recording, list[Node], Exception] | None = None
 
     # ---- spans between rule calls
     def open_outside(self) -> None:
@@ -248,9 +271,14 @@ class _Watcher:
         match_s = t0 - self._t_end
         self.depth += 1
         self.touched = {}
+        rec = Recording()
         try:
             with recording(self.gm) as rec:
                 result = fn()
+        except Exception as e:
+            self.failure = (Application(pass_name, pattern, [n.name for n in site_nodes], {}, True, False,
+                                        time.perf_counter() - t0, match_s), rec, self._drain(), e)
+            raise
         finally:
             self.depth -= 1
         seconds = time.perf_counter() - t0
@@ -470,7 +498,7 @@ def _records(snap: GraphSnapshot) -> dict[str, dict]:
 
 
 def observe_upstream(gm: GraphModule, example_inputs: tuple, options: dict, model_name: str = "",
-                     verify: bool = False) -> Trace:
+                     verify: bool = False, keep_going: bool = False) -> Trace:
     """Run upstream's pre-grad passes (as :func:`run_upstream`, on a copy of ``gm``) with
     the Optimus Lens recorder attached; returns a :class:`~optimus.trace.Trace`.
 
@@ -487,7 +515,11 @@ def observe_upstream(gm: GraphModule, example_inputs: tuple, options: dict, mode
     graph is topologically sorted at that point; upstream inserts fused nodes before the
     first member of a group and sorts only at the start of the next fusion and at the
     end, so other Steps are marked ``not-checkable``. ``final_verify`` checks the result.
-    Raises KeyError for an unknown pass name.
+    Raises KeyError for an unknown pass name, and what upstream's passes raise. With
+    ``keep_going``, a rule call that raises ends the run instead: it becomes the last
+    Step (what it changed before raising, if anything), failed with ``checked="raised"``
+    and the exception in its message, and ``final_verify`` says the same; exceptions
+    raised outside any rule call still propagate.
     """
     check_options(options)
     copy = copy_graph_module(gm)
@@ -497,19 +529,33 @@ def observe_upstream(gm: GraphModule, example_inputs: tuple, options: dict, mode
                   passes=[_pass_json(k, v) for k, v in options.items()],
                   capture={"upstream": True, "torch": torch.__version__, "options": _jsonable(options)})
 
-    def on_change(app: Application, rec: Recording, touched: list[Node]) -> None:
+    def add_step(app: Application, rec: Recording, touched: list[Node]) -> Step:
         created, removed, delta = _delta(rec, touched)
         step = Step(index=len(trace.steps) + 1, pass_name=app.pass_name, pattern=app.pattern,
                     sites=list(app.sites), created=[n.name for n in created], erased=removed,
                     replaced=dict(rec.replaced), delta=delta, match_s=app.match_s,
                     rewrite_s=app.seconds, nodes_after=len(copy.graph.nodes))
+        trace.steps.append(step)
+        return step
+
+    def on_change(app: Application, rec: Recording, touched: list[Node]) -> None:
+        step = add_step(app, rec, touched)
         if ref is not None:
             step.verify = (_verify.check(copy, inputs, ref) if _is_sorted(copy)
                            else VerifyResult(None, checked="not-checkable", message=UNSORTED_MESSAGE))
-        trace.steps.append(step)
 
     w = _Watcher(copy, on_change)
-    out, counts, seconds = _run(copy, inputs, options, w)
+    try:
+        out, counts, seconds = _run(copy, inputs, options, w)
+    except Exception as e:
+        if not keep_going or w.failure is None or w.failure[3] is not e:
+            raise
+        app, rec, touched, _ = w.failure
+        raised = VerifyResult(False, checked="raised", message=f"{app.pattern} raised {type(e).__name__}: {e}")
+        add_step(app, rec, touched).verify = raised
+        trace.final_verify = raised
+        trace.capture.update({"raised": f"{type(e).__name__}: {e}"})
+        return trace
     final = snapshot_graph(out.graph)
     replay = trace.graph_at(len(trace.steps))
     if _records(replay) != _records(final):

@@ -4,7 +4,11 @@ Walk the nodes in execution order; a node's output is allocated when it runs and
 after its last user has run. Views (getitem of split/unbind, reshape/view/transpose,
 ...: ``optimus.passes.common.PURE_VIEW_FUNCTIONS`` / ``PURE_VIEW_METHODS``) allocate
 nothing and keep their base alive. Placeholders (inputs and lifted
-parameters) are live for the whole run. This is what the CPU timing path reports
+parameters) that some node reads, and constants (``get_attr`` tensors, e.g. weights
+pre-packed by :mod:`optimus.prepack`, counted once per storage), are live for the whole
+run. A placeholder no node reads costs this graph nothing: after pre-packing, that is
+an original parameter whose values now live in a packed constant, which an inference
+deployment can free (as Inductor's freezing discards them). This is what the CPU timing path reports
 instead of ``torch.cuda.max_memory_allocated``; it ignores allocator rounding and
 kernel workspaces.
 """
@@ -28,9 +32,11 @@ def nbytes(v) -> int:
 def peak_bytes(graph: Graph) -> dict:
     """Estimate of peak live tensor memory while running ``graph`` once.
 
-    Returns ``{"peak_bytes", "inputs_bytes", "peak_node"}``: the peak (bytes) including
-    the always-live placeholders, the placeholders' share, and the node at which the
-    peak is reached. Nodes without example values count as 0 bytes.
+    Returns ``{"peak_bytes", "inputs_bytes", "constants_bytes", "peak_node"}``: the peak
+    (bytes) including the always-live placeholders and constants, the read placeholders'
+    share, the constants' share, and the node at which the peak is reached. Nodes without
+    example values count as 0 bytes (a get_attr without one is read from the owning
+    GraphModule).
     """
     nodes = list(graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
@@ -53,9 +59,11 @@ def peak_bytes(graph: Graph) -> dict:
     live = inputs = 0
     peak, peak_node = 0, None
     frees: dict[int, list[Node]] = {}
+    constants = _constants_bytes(graph)
+    live += constants
     for n in nodes:
         if n.op == "placeholder":
-            b = nbytes(meta.value(n))
+            b = nbytes(meta.value(n)) if n.users else 0
             inputs += b
             live += b
         elif n.op not in ("output", "get_attr") and n not in base:
@@ -66,4 +74,32 @@ def peak_bytes(graph: Graph) -> dict:
         for f in frees.pop(order[n], []):
             if f.op != "placeholder":
                 live -= nbytes(meta.value(f))
-    return {"peak_bytes": peak, "inputs_bytes": inputs, "peak_node": peak_node}
+    return {"peak_bytes": peak, "inputs_bytes": inputs, "constants_bytes": constants, "peak_node": peak_node}
+
+
+def _constants_bytes(graph: Graph) -> int:
+    """Bytes of the distinct storages the graph's get_attr tensor nodes read."""
+    seen: dict[int, int] = {}
+    owner = graph.owning_module
+    for n in graph.nodes:
+        if n.op != "get_attr":
+            continue
+        v = meta.value(n)
+        if not isinstance(v, torch.Tensor) or v.device.type == "meta" or _is_fake(v):
+            v = _attr(owner, n.target) if owner is not None else None
+        if isinstance(v, torch.Tensor):
+            st = v.untyped_storage()
+            seen[st.data_ptr() or id(st)] = st.nbytes()
+    return sum(seen.values())
+
+
+def _is_fake(v) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(v, FakeTensor)
+
+
+def _attr(mod, target: str):
+    for part in target.split("."):
+        mod = getattr(mod, part, None)
+    return mod

@@ -37,6 +37,17 @@ def shape(node: Any) -> tuple[int, ...] | None:
     return tuple(t.shape) if t is not None else None
 
 
+def strides(v: Any) -> Any:
+    """Strides (in elements) of an example value: ``list[int]`` for a tensor, a list of
+    them for a tuple of tensors (split / unbind), None otherwise; symbolic strides are
+    strings. Shaped like :func:`optimus.record.node_record`'s ``shape``."""
+    if isinstance(v, torch.Tensor):
+        return [s if isinstance(s, int) else str(s) for s in v.stride()]
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.Tensor) for x in v):
+        return [strides(x) for x in v]
+    return None
+
+
 def signature(node: Any) -> tuple | None:
     """(shape, dtype, device) of a tensor node: what fusable nodes must share, or None."""
     t = tensor(node)

@@ -36,15 +36,40 @@ class Match:
     info: dict = field(default_factory=dict)
 
 
+SEARCH_MODES = ("global", "upstream")
+
+
 @dataclass(frozen=True)
 class SearchOptions:
-    """Greedy search options; defaults as upstream's ``default_graph_search_options``
-    (torch/_inductor/fx_passes/group_batch_fusion.py): fuse groups of 5..300 nodes
-    found within 5 producer hops of a root."""
+    """Search options; sizes as upstream's ``default_graph_search_options``
+    (torch/_inductor/fx_passes/group_batch_fusion.py): fuse groups of 5..300 nodes.
+
+    ``search`` picks how groups are found (:mod:`optimus.search`):
+
+    * ``"global"`` (default): every node of the graph with the pattern's group key is a
+      candidate, wherever it lies; each key class is split into groups of mutually
+      independent members (no member an ancestor of another). Finds every group that an
+      exhaustive search finds, including candidates that lie behind other candidates and
+      members that first meet far below them. ``max_fuse_search_depth`` is not used.
+    * ``"upstream"``: upstream's bounded search, for parity: from each root, a
+      breadth-first walk of at most ``max_fuse_search_depth`` producer hops that stops
+      at matches, then greedy first-fit packing.
+
+    ``profitable_only`` (global search): a group is fused only if
+    :func:`optimus.profit.group_estimate` expects it to save time per call; its members
+    are then left unfused.
+
+    Raises ValueError for another ``search``."""
 
     min_fuse_set_size: int = 5
     max_fuse_set_size: int = 300
     max_fuse_search_depth: int = 5
+    search: str = "global"
+    profitable_only: bool = False
+
+    def __post_init__(self):
+        if self.search not in SEARCH_MODES:
+            raise ValueError(f"search must be one of {SEARCH_MODES}, not {self.search!r}")
 
     def replace(self, **kw) -> "SearchOptions":
         known = {k: v for k, v in kw.items() if k in self.__dataclass_fields__}

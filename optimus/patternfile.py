@@ -375,15 +375,15 @@ def _call(p: Pattern, fn: Callable, n: Node) -> Any:
                                   f"{type(e).__name__}: {e}") from e
 
 
-def pipeline_with(pattern_file: PatternFile, passes: list[str] | None = None):
-    """The default pipeline with ``pattern_file``'s patterns as one extra pass (named
-    after the file) at the end. ``passes`` names the enabled passes, the file's pass
+def pipeline_with(pattern_file: PatternFile, passes: list[str] | None = None, base=None):
+    """``base`` (default: the default pipeline) with ``pattern_file``'s patterns as one
+    extra pass (named after the file) at the end. ``passes`` names the enabled passes, the file's pass
     included (``["swish"]`` runs the file's patterns alone); None enables all. Raises
     KeyError for an unknown pass name."""
     from optimus.engine import Pass, Pipeline
     from optimus.passes import default_pipeline
 
-    base = default_pipeline()
+    base = base or default_pipeline()
     if pattern_file.pass_name in base.names():
         raise KeyError(f"pattern file pass {pattern_file.pass_name!r} has the name of a shipped pass; rename the file")
     pipe = Pipeline(base.passes + [Pass(pattern_file.pass_name, pattern_file.patterns,

@@ -98,7 +98,7 @@ def node_record(node: Node) -> NodeRecord:
         args=_arg(node.args), kwargs=_arg(dict(node.kwargs)),
         inputs=[n.name for n in node.all_input_nodes],
         shape=_shape(v), dtype=_dtype(v), module=mod, module_type=mod_type,
-        source=source_of(node.meta.get("stack_trace")),
+        source=source_of(node.meta.get("stack_trace")), stride=meta.strides(v),
     )
 
 

@@ -425,3 +425,180 @@ def independent_subsets(nodes: list[Node], index: GraphIndex, opts: SearchOption
             yield subset
             next_round = [n for n in next_round if not n._erased]
         node_list = next_round
+
+
+# ----------------------------------------------------------------------------- global search
+
+#: key classes of at most this many leftover members get an exact maximum anti-chain
+EXACT_LIMIT = 256
+
+
+def member_depths(members: list[Node], index: GraphIndex) -> dict[Node, int]:
+    """For each of ``members``: the largest number of members on one producer path above
+    it (0 for a member no other member reaches). Members of equal depth are mutually
+    independent (a member above another has a smaller depth), so the depths split the
+    class into anti-chains; the first (depth 0) is the set of its minimal elements.
+    Walks only nodes at or above the lowest member's level; O(nodes and edges walked)."""
+    level = index.level
+    floor = min(level[n] for n in members)
+    member = set(members)
+    above: dict[Node, int] = {}  # node -> most members on a path strictly above it
+    for start in members:
+        stack = [start]
+        while stack:
+            m = stack[-1]
+            if m in above:
+                stack.pop()
+                continue
+            pending = [i for i in m.all_input_nodes if i not in above and level[i] >= floor]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            above[m] = max((above[i] + (i in member) for i in m.all_input_nodes if level[i] >= floor), default=0)
+    return {n: above[n] for n in members}
+
+
+def max_antichain(members: list[Node], index: GraphIndex) -> list[Node]:
+    """A largest set of mutually independent ``members`` (none an ancestor of another),
+    in the order of ``members``. Dilworth's theorem via König's: a maximum matching of
+    the comparability bipartite graph (member u -> member v when u is an ancestor of
+    v), then the members whose left copy is reachable from an unmatched left copy by
+    alternating paths and whose right copy is not. O(k * E) for k members and E
+    comparable pairs."""
+    if len(members) < 2:
+        return list(members)
+    memo: dict[Node, frozenset] = {}
+    floor = min(index.level[n] for n in members)
+    member = set(members)
+    below: dict[Node, list[Node]] = {n: [] for n in members}   # u -> members u is an ancestor of
+    for v in members:
+        for u in _ancestors_in(v, member, floor, index.level, memo):
+            below[u].append(v)
+    match_right: dict[Node, Node] = {}   # right copy v -> left copy u matched to it
+    match_left: dict[Node, Node] = {}
+
+    def augment(u: Node, seen: set) -> bool:
+        for v in below[u]:
+            if v in seen:
+                continue
+            seen.add(v)
+            if v not in match_right or augment(match_right[v], seen):
+                match_right[v], match_left[u] = u, v
+                return True
+        return False
+
+    for u in members:
+        if below[u]:
+            augment(u, set())
+    # König: Z = vertices reachable from unmatched left vertices by alternating paths
+    left_z = {u for u in members if u not in match_left}
+    right_z: set[Node] = set()
+    work = deque(left_z)
+    while work:
+        u = work.popleft()
+        for v in below[u]:
+            if v not in right_z:
+                right_z.add(v)
+                w = match_right.get(v)
+                if w is not None and w not in left_z:
+                    left_z.add(w)
+                    work.append(w)
+    return [n for n in members if n in left_z and n not in right_z]
+
+
+def group_order(nodes: list[Node], index: GraphIndex, hops: int = 8) -> list[Node]:
+    """``nodes`` in the order of what they read: each is keyed by the first getitem found
+    walking up first inputs (at most ``hops``), as (its source's position, its index),
+    else by the node reached; ties by position. Members that read the pieces of one
+    split or unbind come out in piece order, so the fused ``stack``/``unbind`` lines up
+    with its neighbours' and the split/cat cleanups cancel them (upstream gets this from
+    its breadth-first walk over the consumers' arguments)."""
+    pos = index.pos
+
+    def provenance(n: Node) -> tuple:
+        x = n
+        for _ in range(hops):
+            ins = x.all_input_nodes
+            if not ins:
+                break
+            x = ins[0]
+            if x.op == "call_function" and x.target is operator.getitem and isinstance(x.args[1], int):
+                return (pos[x.args[0]], x.args[1], pos[n])
+        return (pos[x], 0, pos[n])
+
+    return sorted(nodes, key=provenance)
+
+
+def chunks(group: list[Node], opts: SearchOptions) -> list[list[Node]]:
+    """``group`` cut into runs of at most ``max_fuse_set_size``, as even as possible so
+    that none is shorter than ``min_fuse_set_size`` (upstream cuts 300, 300, ...,
+    remainder and drops a short remainder); when even runs would be too short, runs of
+    ``max_fuse_set_size`` and the rest is not returned."""
+    n, cap = len(group), opts.max_fuse_set_size
+    parts = -(-n // cap)
+    size, extra = divmod(n, parts)
+    if size < opts.min_fuse_set_size:  # even parts would all be too short: full parts, the rest left over
+        return [group[i:i + cap] for i in range(0, n - n % cap, cap)]
+    out, at = [], 0
+    for k in range(parts):
+        step = size + (k < extra)
+        out.append(group[at:at + step])
+        at += step
+    return [c for c in out if len(c) >= opts.min_fuse_set_size]
+
+
+def global_groups(members: list[Node], index: GraphIndex, opts: SearchOptions,
+                  still: Callable[[Node], bool]) -> Iterator[list[Node]]:
+    """Groups of mutually independent nodes of one key class (``members``, any order),
+    each of ``min_fuse_set_size`` to ``max_fuse_set_size`` nodes, until
+    no ``min_fuse_set_size`` independent members are left. The caller fuses each group
+    before asking for the next; ``still(n)`` says whether ``n`` is still a member on the
+    changed graph (alive, same key).
+
+    Round after round: the member depths (:func:`member_depths`) split the class into
+    anti-chains, fused in order of depth, each large enough one whole (so the towers'
+    first layers fuse together, then their second layers: fusing an anti-chain of
+    minimal members adds no dependency between the members left). Members of anti-chains
+    too small to fuse are left over; if enough are left, a maximum anti-chain of them
+    (:func:`max_antichain`) is the next group. Classes of more than ``EXACT_LIMIT``
+    leftovers get a greedy first-fit anti-chain instead of a maximum one. Each group is
+    in :func:`group_order`."""
+    pos = index.pos
+    left = sorted((n for n in dict.fromkeys(members) if still(n)), key=pos.__getitem__)
+    while len(left) >= opts.min_fuse_set_size:
+        fused = False
+        layers: dict[int, list[Node]] = {}
+        depths = member_depths(left, index)
+        for n, d in depths.items():
+            layers.setdefault(d, []).append(n)
+        for d in sorted(layers):
+            layer = layers[d]
+            if len(layer) < opts.min_fuse_set_size:
+                continue
+            for part in chunks(group_order(layer, index), opts):
+                part = [n for n in part if still(n)]
+                if len(part) >= opts.min_fuse_set_size:
+                    fused = True
+                    yield part
+        left = sorted((n for n in left if still(n)), key=pos.__getitem__)
+        if len(left) < opts.min_fuse_set_size:
+            return
+        if fused:
+            continue
+        if len(left) - max(depths.values()) < opts.min_fuse_set_size:  # nothing fused: depths still hold
+            return  # a chain through max+1 members: at most len - max of them are independent
+        if len(left) <= EXACT_LIMIT:
+            group = max_antichain(left, index)
+        else:
+            group = next(independent_subsets(left, index, opts.replace(max_fuse_set_size=len(left))), [])
+        if len(group) < opts.min_fuse_set_size:
+            return
+        for part in chunks(group_order(group, index), opts):
+            part = [n for n in part if still(n)]
+            if len(part) >= opts.min_fuse_set_size:
+                fused = True
+                yield part
+        if not fused:
+            return
+        left = sorted((n for n in left if still(n)), key=pos.__getitem__)

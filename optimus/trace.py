@@ -12,10 +12,11 @@ JSON layout (``format_version`` 1)::
      "capture": {...}, "initial_graph": {"nodes": [NodeRecord...]},
      "steps": [{"index", "pass", "pattern", "sites", "created", "erased", "replaced",
                 "delta": {"upsert": [NodeRecord...], "remove": [name...]},
-                "match_s", "rewrite_s", "nodes_after", "verify": {...} | null}]}
+                "match_s", "rewrite_s", "nodes_after", "verify": {...} | null,
+                "info": {...} (optional: pattern-specific figures, e.g. bytes_packed)}]}
 
 A NodeRecord is written as ``{"name", "op", "target", "args", "kwargs", "inputs",
-"shape", "dtype", "module", "module_type", "source"}`` less the fields at their default
+"shape", "dtype", "module", "module_type", "source", "stride"}`` less the fields at their default
 (empty or null) and less ``inputs`` where it follows from ``args``/``kwargs``
 (:meth:`NodeRecord.to_json`); readers accept records with or without them. A step's
 delta holds only the nodes the step created or rewired.
@@ -49,7 +50,9 @@ class NodeRecord:
     (the graph's edges). ``shape`` is the output shape (``list[int]``), or a list of
     shapes for tuple outputs such as split/unbind; symbolic sizes are strings.
     ``module`` is the ``nn_module_stack`` path that created the node and ``source``
-    the user's code line (``file.py:12: code``) from ``stack_trace``.
+    the user's code line (``file.py:12: code``) from ``stack_trace``. ``stride`` is
+    the output's strides in elements, shaped like ``shape`` (None in traces written
+    before it was recorded).
     """
 
     name: str
@@ -63,6 +66,7 @@ class NodeRecord:
     module: str | None = None
     module_type: str | None = None
     source: str | None = None
+    stride: list | None = None
 
     def to_json(self) -> dict:
         """Compact JSON form: fields at their default (empty args/kwargs, None shape,
@@ -76,7 +80,7 @@ class NodeRecord:
             d["kwargs"] = self.kwargs
         if self.inputs and self.inputs != refs_in(self.args, self.kwargs):
             d["inputs"] = self.inputs
-        for k in ("shape", "dtype", "module", "module_type", "source"):
+        for k in ("shape", "dtype", "module", "module_type", "source", "stride"):
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
@@ -89,7 +93,8 @@ class NodeRecord:
         inputs = d.get("inputs")
         return cls(d["name"], d["op"], d["target"], args, kwargs,
                    refs_in(args, kwargs) if inputs is None else inputs,
-                   d.get("shape"), d.get("dtype"), d.get("module"), d.get("module_type"), d.get("source"))
+                   d.get("shape"), d.get("dtype"), d.get("module"), d.get("module_type"), d.get("source"),
+                   d.get("stride"))
 
     @property
     def short_target(self) -> str:
@@ -254,15 +259,20 @@ class Step:
     rewrite_s: float
     nodes_after: int
     verify: VerifyResult | None = None
+    #: pattern-specific figures, plain data (``prepack_weights``: ``bytes_packed``)
+    info: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "index": self.index, "pass": self.pass_name, "pattern": self.pattern,
             "sites": self.sites, "created": self.created, "erased": self.erased,
             "replaced": self.replaced, "delta": self.delta.to_json(),
             "match_s": self.match_s, "rewrite_s": self.rewrite_s, "nodes_after": self.nodes_after,
             "verify": asdict(self.verify) if self.verify is not None else None,
         }
+        if self.info:
+            out["info"] = self.info
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> "Step":
@@ -272,6 +282,7 @@ class Step:
             delta=Delta.from_json(d["delta"]), match_s=d["match_s"], rewrite_s=d["rewrite_s"],
             nodes_after=d["nodes_after"],
             verify=VerifyResult(**d["verify"]) if d.get("verify") is not None else None,
+            info=d.get("info", {}),
         )
 
 

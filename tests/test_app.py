@@ -111,6 +111,37 @@ def test_next_previous_and_the_slider_move_the_step_together(ran):
     assert ran.select_slider(key="step_slider").value == 5
 
 
+def _viewer_pages(at: AppTest) -> list[str]:
+    """The HTML of the pan/zoom viewers on the page (st.iframe's srcdoc)."""
+    return [el.proto.srcdoc for el in at.get("iframe")]
+
+
+def test_a_step_is_one_viewer_with_before_and_after_on_one_layout(ran):
+    pages = _viewer_pages(ran)
+    assert len(pages) == 1
+    page = pages[0]
+    assert page.count('<div class="pane">') == 2 and "Before step 1" in page and "After step 1" in page
+    assert "the panes move together" in page
+    assert any("Layout: dot" in c.value and "one layout for all steps" in c.value for c in ran.caption)
+
+
+def test_the_diff_picture_shows_the_normalize_split_change_in_place(ran):
+    ran.radio(key="picture").set_value("Diff").run()
+    page = _viewer_pages(ran)[0]
+    assert page.count('<div class="pane">') == 1 and "Diff of step 1" in page
+    assert 'text-decoration="line-through"' in page and "[16, 16, 16" in page  # split: 16 -> [16, 16, ...]
+    assert "replaced by (dashed arrow" in page
+
+
+def test_text_size_is_kept_across_steps_and_presentation_enlarges_it(ran):
+    ran.select_slider(key="text_size").set_value("large").run()
+    assert "], 1.3);</script>" in _viewer_pages(ran)[0]  # lensMount(root, focus, text scale)
+    ran.button(key="next").click().run()
+    assert ran.select_slider(key="text_size").value == "large" and "], 1.3);</script>" in _viewer_pages(ran)[0]
+    ran.toggle(key="presentation").set_value(True).run()
+    assert "], 1.7);</script>" in _viewer_pages(ran)[0] and not ran.exception
+
+
 def test_pass_filter_limits_the_navigator_to_that_pass(ran):
     ran.selectbox(key="pass_filter").set_value("batch_relu").run()
     relu_steps = [s.index for s in ran.session_state.trace.steps_of_pass("batch_relu")]
@@ -138,7 +169,7 @@ def test_a_trace_without_steps_shows_the_captured_graph():
     at = run(use_factory(fresh(), "test_app:one_linear"))
     assert at.session_state.trace.steps == []
     assert any("No pattern matched" in i.value for i in at.info)
-    assert any("nodes drawn" in c.value for c in at.caption)
+    assert any("drawn of" in c.value for c in at.caption)
 
 
 def test_switching_a_pass_off_changes_the_result(ran):

@@ -65,10 +65,10 @@ def test_console_script_is_installed():
 def test_why_says_which_patterns_apply_at_a_node_and_why_the_others_do_not(capsys):
     assert main(["why", "sample:teach_batch_relu", "y1"]) == 0
     out = capsys.readouterr().out
-    assert "batch_relu                       member: 6 node(s) share its group key; fuses if 5+" in out
-    assert "batch_layernorm                  no: not a layer_norm node" in out
+    assert "batch_relu                      yes: fuses at step 2 with y0, y2, y3, y4, y5 (6 members)" in out
+    assert "batch_layernorm                 no : not a layer_norm node" in out
     assert main(["why", "sample:recsys_towers", "linear_3"]) == 0  # each tower's linear reads its own piece
-    assert "batch_linear_lhs                 member: 1 node(s) share its group key; too few to fuse (needs 2)" \
+    assert "batch_linear_lhs                no : 1 node(s) share its group key (no other); a group needs 2" \
         in capsys.readouterr().out
     assert main(["why", "sample:teach_batch_relu", "nope"]) == 2
     assert "no node 'nope'" in capsys.readouterr().err

@@ -181,3 +181,18 @@ def test_unknown_pass_name_is_a_key_error_listing_the_known_ones(towers):
         run_upstream(towers.gm, towers.example_inputs, {"batch_aten_relu": {}})
     with pytest.raises(TypeError):
         observe_upstream(towers.gm, towers.example_inputs, {"batch_relu": 1})
+
+
+def test_with_keep_going_a_raising_rule_ends_the_trace_as_a_failed_step(towers, monkeypatch):
+    def broken_fuse(self, graph, subset):
+        raise RuntimeError("rule failed")
+
+    monkeypatch.setattr(gbf.BatchLayernormFusion, "fuse", broken_fuse)
+    before = _patch_points()
+    trace = observe_upstream(towers.gm, towers.example_inputs, TOWER_OPTIONS, verify=True, keep_going=True)
+    last = trace.steps[-1]
+    assert (last.pass_name, last.pattern, len(last.sites)) == ("batch_layernorm", "BatchLayernormFusion", 8)
+    assert (last.verify.ok, last.verify.checked) == (False, "raised") and "rule failed" in last.verify.message
+    assert trace.final_verify == last.verify and trace.failed_steps() == [last]
+    assert [s.pass_name for s in trace.steps[:-1]] == ["normalization_pass", "batch_linear", "batch_linear"]
+    assert _patch_points() == before and inductor_config.pre_grad_fusion_options == {}

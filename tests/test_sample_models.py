@@ -206,6 +206,11 @@ def test_registry_contents_and_order():
         "teach_batch_layernorm_variants",
         "bert",
         "gpt2",
+        "recsys_towers32",
+        "mmoe",
+        "twin_towers",
+        "deepfm",
+        "industrial_recsys",
         "swish_mlp",
     ]
     assert names() == expected
@@ -432,3 +437,10 @@ def test_package_imports_without_transformers_and_bert_explains():
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_recsys_towers32_hand_fused_reference_computes_the_same_function():
+    model, (x,) = get("recsys_towers32")
+    assert x.shape == (16, 2048)
+    with torch.no_grad():
+        torch.testing.assert_close(model.optimus_reference()(x), model(x), rtol=1e-4, atol=1e-5)

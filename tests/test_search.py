@@ -246,12 +246,13 @@ def random_dag(seed: int, size: int, p_edge_far: float) -> GraphModule:
     return GraphModule(torch.nn.Module(), g)
 
 
-def small_pipeline(min_size: int, max_size: int, depth: int) -> Pipeline:
-    opts = SearchOptions(min_fuse_set_size=min_size, max_fuse_set_size=max_size, max_fuse_search_depth=depth)
+def small_pipeline(min_size: int, max_size: int, depth: int, search: str = "upstream") -> Pipeline:
+    opts = SearchOptions(min_fuse_set_size=min_size, max_fuse_set_size=max_size, max_fuse_search_depth=depth,
+                         search=search)
     batch = [Pass(n, [REGISTRY[n]], options=opts) for n in ("batch_linear", "batch_layernorm", "batch_sigmoid")]
     # two patterns in one pass: a step of either dirties the other's roots
     batch.append(Pass("relu_and_tanh", [REGISTRY["batch_relu"], REGISTRY["batch_tanh"]], options=opts))
-    rewrites = [p for p in default_pipeline().passes if not isinstance(p.patterns[0], BatchPattern)]
+    rewrites = [p for p in default_pipeline(search="upstream").passes if not isinstance(p.patterns[0], BatchPattern)]
     return Pipeline(batch + rewrites)
 
 
@@ -309,7 +310,7 @@ class ReluByUsers(type(REGISTRY["batch_relu"])):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**31), st.integers(10, 40), st.integers(2, 4))
 def test_keys_that_read_users_are_recomputed_when_a_step_changes_the_users(seed, size, depth):
-    opts = SearchOptions(min_fuse_set_size=2, max_fuse_set_size=4, max_fuse_search_depth=depth)
+    opts = SearchOptions(min_fuse_set_size=2, max_fuse_set_size=4, max_fuse_search_depth=depth, search="upstream")
     pipeline = Pipeline([Pass("users", [REGISTRY["batch_tanh"], REGISTRY["batch_sigmoid"], ReluByUsers()], options=opts)])
     assert_same_as_reference(random_dag(seed, size, 0.3), pipeline, record=False)
 
@@ -330,7 +331,7 @@ def test_a_key_that_changes_when_a_step_fuses_the_users_is_not_served_stale():
         with mode:
             n.meta["example_value"] = fn(torch.zeros(2, WIDTH))
     g.output((nodes["tanh_a"], nodes["tanh_b"], nodes["tanh_c"]))
-    opts = SearchOptions(min_fuse_set_size=2, max_fuse_set_size=2, max_fuse_search_depth=5)
+    opts = SearchOptions(min_fuse_set_size=2, max_fuse_set_size=2, max_fuse_search_depth=5, search="upstream")
     pipeline = Pipeline([Pass("users", [REGISTRY["batch_tanh"], ReluByUsers()], options=opts)])
     assert assert_same_as_reference(GraphModule(torch.nn.Module(), g), pipeline) == 2
 
@@ -433,7 +434,7 @@ def search_work(gm: GraphModule, monkeypatch) -> dict[str, int]:
 
     monkeypatch.setattr(engine_mod, "CandidateSearch", Counting)
     monkeypatch.setattr(engine_mod, "KeyCache", CountingKeys)
-    Engine(gm, (), default_pipeline(), RunOptions(verify="off", record=False)).run()
+    Engine(gm, (), default_pipeline(search="upstream"), RunOptions(verify="off", record=False)).run()
     monkeypatch.undo()
     return work
 
@@ -544,12 +545,12 @@ def _captured(name: str):
 @pytest.mark.parametrize("name", sample_models.names())
 def test_every_sample_model_fuses_the_same_groups_into_the_same_graph_as_the_reference(name):
     c = _captured(name)
-    assert_same_as_reference(copy_graph_module(c.gm), default_pipeline())
+    assert_same_as_reference(copy_graph_module(c.gm), default_pipeline(search="upstream"))
 
 
 def test_recsys_towers_has_steps_to_compare():
     c = _captured("recsys_towers")
-    assert assert_same_as_reference(copy_graph_module(c.gm), default_pipeline()) >= 3
+    assert assert_same_as_reference(copy_graph_module(c.gm), default_pipeline(search="upstream")) >= 3
 
 
 # --------------------------------------------------------------------------- trace size
@@ -573,7 +574,7 @@ def test_node_record_json_leaves_out_defaults_and_derivable_inputs_and_reads_bac
 def test_a_fused_towers_trace_is_under_three_snapshots_and_its_deltas_hold_only_changed_nodes():
     gm = towers(16, 6)
     snapshot_bytes = len(json.dumps(snapshot_graph(gm.graph).to_json(), separators=(",", ":")))
-    trace = Engine(gm, (), default_pipeline(), RunOptions(verify="off")).run()
+    trace = Engine(gm, (), default_pipeline(search="upstream"), RunOptions(verify="off")).run()
     assert len(trace.steps) >= 12
     assert len(trace.dumps()) <= 3 * snapshot_bytes
     for k, step in enumerate(trace.steps, 1):
@@ -598,7 +599,7 @@ def test_the_collector_is_paused_only_while_the_engine_works_and_restored_after_
     from optimus.engine import PatternError
 
     assert gc.isenabled()
-    eng = Engine(towers(8, 2), (), default_pipeline(), RunOptions(verify="off", record=False))
+    eng = Engine(towers(8, 2), (), default_pipeline(search="upstream"), RunOptions(verify="off", record=False))
     seen = [gc.isenabled() for _ in eng.steps()]
     assert seen and all(seen)  # the caller's code between steps runs with the collector on
     assert gc.isenabled()

@@ -507,8 +507,8 @@ def test_upstream_pipeline_order_and_options():
     assert p.names() == ["normalization_pass", "batch_linear", "batch_layernorm", "merge_splits_pass",
                          "split_cat_to_slices_pass", "unbind_stack_to_slices_pass"]
     by = {q.name: q for q in p.passes}
-    assert by["batch_linear"].options == SearchOptions(min_fuse_set_size=2)
-    assert by["batch_layernorm"].options == REGISTRY["batch_layernorm"].options
+    assert by["batch_linear"].options == SearchOptions(min_fuse_set_size=2, search="upstream")
+    assert by["batch_layernorm"].options == REGISTRY["batch_layernorm"].options.replace(search="upstream")
     assert by["split_cat_to_slices_pass"].patterns[0].threshold_to_cat == 3
     assert by["unbind_stack_to_slices_pass"].patterns[0].threshold_to_cat == 10
     assert REGISTRY["split_cat_to_slices"].threshold_to_cat == 10  # the registered pattern is unchanged

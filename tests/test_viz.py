@@ -162,8 +162,16 @@ def test_neighbourhood_stops_before_a_hop_that_would_pass_the_node_limit():
     snap = GraphSnapshot(hub)
     keep, used = neighbourhood(snap, {"u0"}, hops=2, max_nodes=300)
     assert keep == {"u0", "x"} and used == 1  # hop 2 would add all 599 siblings
-    v = graph_view(snap, viz.Marks(groups={"u0": 0}), hops=2, max_nodes=300)
+    v = graph_view(snap, viz.Marks(groups={"u0": 0}), hops=2, max_nodes=300, fold=False)
     assert v.shown == 2 and v.hops == 1 and "… 599 nodes not shown" in v.source
+
+
+def test_parallel_copies_fold_into_one_node_with_a_count_before_the_cut():
+    hub = [rec("x", "placeholder", "L_x_")] + [rec(f"u{i}", target="torch.relu", inputs=["x"]) for i in range(600)]
+    v = graph_view(GraphSnapshot(hub), viz.Marks(groups={"u0": 0}), hops=2, max_nodes=300)  # 601 nodes: folds
+    assert v.shown == 3 and v.elided == 0 and v.parallel == 599  # x, the marked u0, u1..u599 as one
+    line = node_line(v.source, "u1")
+    assert "u1 … ×599" in line and "peripheries=2" in line and "u599" in line  # members listed on hover
 
 
 def test_big_graph_without_marks_shows_its_first_nodes():
@@ -181,10 +189,20 @@ def test_render_svg_keeps_the_highlight_colours():
     assert 'width="100%"' in viz.responsive_svg(svg)
 
 
-def test_render_svg_times_out_with_a_clear_message():
+def test_a_layout_past_its_budget_falls_back_to_a_layered_one_and_says_so():
     view = graph_view(chain_snapshot(3000), full=True, clusters=False)
-    with pytest.raises(viz.RenderError, match="did not finish within"):
-        viz.render_svg(view, timeout_s=0.05)
+    out = viz.render_view(view, budget_s=0.05)
+    assert "did not lay out 3,000 nodes within 0.05 s" in out.note and "layered layout" in out.note
+    assert out.svg.count('class="node"') >= 3000
+    with pytest.raises(viz.RenderError, match="did not finish within"):  # bare DOT source has no fallback
+        viz.render_svg(view.source, timeout_s=0.05)
+
+
+def test_dot_limits_grow_tighter_with_the_view_size():
+    assert viz.layout.dot_limits(50) == {}
+    small, big = viz.layout.dot_limits(300), viz.layout.dot_limits(3000)
+    assert float(small["nslimit"]) == 2.0 and float(big["nslimit"]) == 1.0
+    assert float(big["mclimit"]) < float(small["mclimit"]) <= 1.0
 
 
 def test_render_svg_reports_dot_syntax_errors():
@@ -194,7 +212,7 @@ def test_render_svg_reports_dot_syntax_errors():
 
 def test_viewer_page_embeds_the_svg_and_zooms_to_the_focus_nodes():
     page = viz.svg_viewer_html(viz.render_svg(viz.step_view(five_linears_trace(), 1, "before")), ["linear_0", "linear_4"])
-    assert '["linear_0", "linear_4"]' in page and "<svg" in page and "fit sites" in page
+    assert '["linear_0", "linear_4"]' in page and "<svg" in page and "fit step" in page
     assert not re.search(r'<svg width="\d', page)
 
 
@@ -240,10 +258,15 @@ def test_step_facts_name_pattern_provenance_verify_and_times():
     assert viz.verify_text(t.step(2).verify).startswith("FAILED")
 
 
-def test_html_report_draws_every_step_before_and_after():
-    html = viz.html_report(five_linears_trace(), catalogue=[], include_plotlyjs=False, bench=bench())
-    assert html.count("<svg") == 4 and "id='step-1'" in html and "id='step-2'" in html
-    assert GROUP_COLOURS[0] in html and "Speedup vs baseline" in html
+def test_html_report_stores_each_steps_before_after_and_diff_once_and_navigates_by_keys():
+    html = viz.html_report(five_linears_trace(), catalogue=[], bench=bench())
+    svgs = viz.report.embedded_svgs(html)
+    assert sorted(svgs) == ["1", "2"] and all(sorted(d) == ["after", "before", "diff"] for d in svgs.values())
+    assert GROUP_COLOURS[0] in svgs["1"]["before"] and "linear_0&#45;&gt;getitem_0" in svgs["1"]["diff"]
+    assert "id='step-1'" in html and "id='step-2'" in html and "ArrowRight" in html and "ArrowLeft" in html
+    assert html.count("function lensMount") == 1 and "<script src" not in html  # one copy, nothing fetched
+    assert "Nodes after each step" in html and "Per-pass timing" in html
+    assert 'href="#step-2"' in html  # chart points link to their step
 
 
 def test_views_of_a_recorded_run_highlight_every_step_site():
@@ -262,3 +285,120 @@ def test_viz_does_not_import_streamlit_or_the_app():
     code = "import sys, viz, viz.report, viz.viewer; print(sorted(m for m in sys.modules if m.split('.')[0] in ('streamlit', 'app')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- one geometry per step, diff view
+
+
+def _node_boxes(svg: str) -> dict[str, str]:
+    """node title -> the drawn outline of that node in an SVG."""
+    pat = r'<title>([^<]*)</title>\s*(?:<g[^>]*><a[^>]*>\s*)?<(?:polygon|path)[^>]* (?:points|d)="([^"]*)"'
+    return dict(re.findall(pat, svg))
+
+
+def test_before_after_and_diff_share_one_layout_so_untouched_nodes_do_not_move():
+    pic = viz.step_picture(five_linears_trace(), 1)
+    svgs = {k: viz.render_view(v).svg for k, v in pic.views().items()}
+    boxes = {k: _node_boxes(s) for k, s in svgs.items()}
+    shared = set(boxes["before"]) & set(boxes["after"])
+    assert {"l_x_", "cat", "output"} <= shared
+    assert all(boxes["before"][n] == boxes["after"][n] == boxes["diff"][n] for n in shared)
+    heights = {re.search(r'viewBox="[\d.]+ [\d.]+ [\d.]+ ([\d.]+)"', s).group(1) for s in svgs.values()}
+    assert len(heights) == 1  # same box height: same vertical transform in every pane
+
+
+def test_diff_view_ghosts_erased_nodes_marks_created_ones_and_draws_provenance_arrows():
+    diff = viz.step_picture(five_linears_trace(), 1).diff.source
+    assert viz.graph.GHOST_FILL in node_line(diff, "linear_0") and "dashed" in node_line(diff, "linear_0")
+    assert CREATED_BORDER in node_line(diff, "bmm")
+    arrows = re.findall(r'^\s*linear_(\d) -> getitem_\1 \[.*color="#6a1b9a".*dashed', diff, re.M)
+    assert sorted(arrows) == ["0", "1", "2", "3", "4"]
+
+
+def split_trace() -> Trace:
+    """normalize_split's kind of step: split(x, 16) replaced by split_1(x, [16, 16])."""
+    x = rec("l_x_", "placeholder", "L_x_", shape=(4, 32))
+    split = rec("split", target="torch.functional.split", args=[{"node": "l_x_"}, 16], inputs=["l_x_"],
+                shape=[[4, 16], [4, 16]], kwargs={"dim": 1})
+    g = [rec(f"g{i}", target="_operator.getitem", args=[{"node": "split"}, i], inputs=["split"], shape=(4, 16))
+         for i in range(2)]
+    out = rec("output", "output", "output", inputs=["g0", "g1"], shape=None)
+    split1 = rec("split_1", target="torch.functional.split", args=[{"node": "l_x_"}, [16, 16]], inputs=["l_x_"],
+                 shape=[[4, 16], [4, 16]], kwargs={"dim": 1})
+    g2 = [rec(f"g{i}", target="_operator.getitem", args=[{"node": "split_1"}, i], inputs=["split_1"], shape=(4, 16))
+          for i in range(2)]
+    step = Step(1, "normalization_pass", "normalize_split", ["split"], ["split_1"], ["split"], {"split": "split_1"},
+                Delta([split1, *g2], ["split"]), 1e-4, 1e-4, 5)
+    return Trace("split", GraphSnapshot([x, split, *g, out]), [step])
+
+
+def test_an_argument_changed_by_the_step_is_drawn_struck_through_beside_the_new_value():
+    pic = viz.step_picture(split_trace(), 1)
+    assert pic.changes == {"split_1": [("args[1]", "16", "[16, 16]")]}
+    for view in (pic.after, pic.diff):
+        line = node_line(view.source, "split_1")
+        assert "<S>16</S>" in line and "[16, 16]" in line
+    assert "<S>" not in pic.before.source  # the before pane shows the graph as it was
+    assert any("arguments changed in place (1)" in e.text for e in pic.diff.legend)
+    svg = viz.render_view(pic.after).svg
+    assert 'text-decoration="line-through"' in svg
+
+
+def test_a_node_that_cannot_be_labelled_is_drawn_with_the_reason_not_a_traceback(monkeypatch):
+    real = viz.graph.label_lines
+
+    def broken(rec_, *a, **k):
+        if rec_.name == "bmm":
+            raise IndexError("list index out of range")
+        return real(rec_, *a, **k)
+
+    monkeypatch.setattr(viz.graph, "label_lines", broken)
+    v = viz.step_view(five_linears_trace(), 1, "after")
+    assert "cannot label this node: IndexError: list index out of range" in node_line(v.source, "bmm")
+    assert "<svg" in viz.render_svg(v)
+
+
+def test_small_traces_get_one_layout_for_every_step():
+    t = five_linears_trace()
+    shared = viz.trace_layout(t)
+    assert shared is not None and {"linear_0", "bmm", "relu"} <= set(shared.nodes)
+    one, two = viz.step_picture(t, 1, layout=shared), viz.step_picture(t, 2, layout=shared)
+    assert one.layout is shared and two.layout is shared  # 'cat' sits at the same place in steps 1 and 2
+    assert _node_boxes(viz.render_view(one.after).svg)["cat"] == _node_boxes(viz.render_view(two.before).svg)["cat"]
+
+
+def test_optimus_report_writes_one_html_file_and_rejects_a_bad_trace(tmp_path):
+    trace = tmp_path / "t.json"
+    five_linears_trace().save(trace)
+    out = tmp_path / "r.html"
+    run = [sys.executable, "-m", "optimus", "report", str(trace), "-o", str(out)]
+    done = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "2 steps" in done.stdout and sorted(viz.report.embedded_svgs(out.read_text())) == ["1", "2"]
+    (tmp_path / "bad.json").write_text("{not json")
+    bad = subprocess.run([*run[:4], str(tmp_path / "bad.json"), "-o", str(tmp_path / "x.html")],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "cannot read" in bad.stderr and not (tmp_path / "x.html").exists()
+
+
+def towers_snapshot(k: int = 6) -> GraphSnapshot:
+    """x -> k towers (linear -> relu -> linear, module towers.i) -> cat."""
+    nodes = [rec("l_x_", "placeholder", "L_x_")]
+    for i in range(k):
+        m = f"towers.{i}"
+        nodes += [rec(f"a{i}", inputs=["l_x_"], module=f"{m}.fc1"), rec(f"r{i}", "call_function", "torch.relu",
+                  inputs=[f"a{i}"], module=f"{m}.act"), rec(f"b{i}", inputs=[f"r{i}"], module=f"{m}.fc2")]
+    nodes.append(rec("cat", target="torch.cat", inputs=[f"b{i}" for i in range(k)], shape=(4, 8 * k)))
+    return GraphSnapshot(nodes)
+
+
+def test_modules_fold_into_one_node_with_their_node_count_and_parallel_towers_into_one():
+    snap = towers_snapshot(6)
+    v = graph_view(snap, viz.Marks(groups={"cat": 0}), modules=True, fold=False)
+    assert v.shown == 8 and v.elided == 0  # x, six tower nodes, cat
+    assert "towers.3 (3 nodes)" in node_line(v.source, "[towers.3]")
+    assert "<svg" in viz.render_svg(v)
+    both = graph_view(snap, viz.Marks(groups={"cat": 0}), modules=True, fold=True)
+    assert both.shown == 3 and "towers.0 (3 nodes) … ×6" in node_line(both.source, "[towers.0]")
+    marked = graph_view(snap, viz.Marks(groups={"r2": 0}), modules=True, fold=False)
+    assert "[towers.2]" not in marked.source and "r2" in marked.source  # a module the step touched stays open

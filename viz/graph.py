@@ -10,21 +10,35 @@ Marks (what the colours mean, also drawn as a legend inside every graph):
 * **erased** — nodes the rewrite removed, drawn red and dashed in the *before* view.
 * **rewired** — existing nodes whose inputs the rewrite pointed at new nodes (blue border).
 
-Big graphs: Graphviz ``dot`` needs about 2 s for 2,000 nodes and 17 s for 5,000, so a
-view with more than ``max_nodes`` drawable nodes (default 300) shows only the marked
-nodes and their ``hops``-hop neighbourhood (edges followed both ways), with a note node
-giving how many nodes are not shown. Parameter placeholders can be folded into their
-users (``fold_params``), which keeps a lifted-parameter graph readable.
+Big graphs: a view with more than ``max_nodes`` drawable nodes (default 300) shows only
+the marked nodes and their ``hops``-hop neighbourhood (edges followed both ways), with a
+note giving how many nodes are not shown. Parameter placeholders fold into their users
+(``fold_params``), and k parallel copies of the same computation (towers, heads, the k
+sites of one fusion) fold into one node with an "×k" badge (``fold``, :mod:`viz.fold`;
+on by default above :data:`FOLD_ABOVE` drawable nodes). Folding happens before the cut,
+so the neighbourhood is counted in drawn nodes.
+
+Layout is bounded (:mod:`viz.layout`): ``dot`` with size-scaled limits and a time
+budget, else a layered fallback that the view names. A step's before, after and diff
+views share one layout of their union (:func:`step_picture`), so a node the step did not
+touch sits at the same coordinates in all three.
 """
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
-from dataclasses import dataclass, field
+import time
+from collections import ChainMap
+from dataclasses import dataclass, field, replace
 
 import graphviz
 
 from optimus.trace import GraphSnapshot, NodeRecord, Step, Trace, arg_text
+from viz.fold import parallel_classes
+from viz.index import users_at
+from viz.layout import (LAYOUT_BUDGET_S, Layout, RenderError, anchors, bounded_layout, dot_limits, draw_pinned,
+                        layered_layout)
 
 #: fill colours of fused groups (pattern sites), one per step in a pass overview
 GROUP_COLOURS = ("#ffd54f", "#81d4fa", "#ce93d8", "#ffab91", "#f48fb1", "#80cbc4", "#e6ee9c", "#b39ddb",
@@ -38,13 +52,15 @@ PLAIN_FILL, INPUT_FILL = "#ffffff", "#eeeeee"
 MAX_NODES = 300
 #: default neighbourhood radius (hops along edges, both directions) of a cut view
 HOPS = 2
+#: parallel-copy folding is on by default when a view has more drawable nodes than this
+#: (recsys_towers' views, 40-70 nodes, stay unfolded; a 64-tower model's 500 fold)
+FOLD_ABOVE = 120
+GHOST_FILL, GHOST_TEXT = "#f5f5f5", "#9e9e9e"
+PROVENANCE_COLOUR = "#6a1b9a"
+CHANGED_OLD, CHANGED_NEW = "#c62828", "#2e7d32"
 
 _DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64",
                 "int32": "i32", "int8": "i8", "uint8": "u8", "bool": "bool"}
-
-
-class RenderError(RuntimeError):
-    """Graphviz could not lay out a graph: it ran past its time limit, or ``dot`` failed."""
 
 
 @dataclass
@@ -86,7 +102,8 @@ class GraphView:
     it can be below the requested radius when a wider one would pass ``max_nodes``).
     ``focus`` lists the drawn sites and created nodes (else the other marked nodes), in
     graph order: what a viewer zooms to. ``legend`` and ``notes`` repeat the in-graph
-    legend as data, for a viewer that keeps it on screen while zoomed.
+    legend as data, for a viewer that keeps it on screen while zoomed. ``shown`` counts
+    drawn nodes; a folded "×k" node counts once (``parallel`` counts the nodes it stands for).
     """
 
     dot: graphviz.Digraph
@@ -99,6 +116,16 @@ class GraphView:
     focus: list[str] = field(default_factory=list)
     legend: list[LegendEntry] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the drawn nodes and edges (to re-emit the view with pinned positions)
+    drawn: "Drawn | None" = None
+    #: True when every node carries a position (draw with ``neato -n2``)
+    pinned: bool = False
+    #: nodes drawn as an "×k" representative, and the k's (nodes represented in all)
+    parallel: int = 0
+    #: seconds spent folding parallel copies, and building the rest of the DOT
+    fold_s: float = 0.0
+    build_s: float = 0.0
+    marks: "Marks | None" = None
 
     @property
     def source(self) -> str:
@@ -155,13 +182,15 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def node_label(rec: NodeRecord, folded: int = 0) -> str:
-    """Label lines (DOT ``\\n``-joined): name; op and short target (getitem: its index);
-    shape and dtype; ``+N params`` when parameters were folded into this node.
-    Placeholders show their readable name and shape."""
+def label_lines(rec: NodeRecord, folded: int = 0, count: int = 1) -> list[str]:
+    """The label's lines, built from the record's fields (never by parsing display text):
+    name; op and short target (getitem: its index); shape and dtype; ``+N params`` when
+    parameters were folded into this node; ``×k parallel`` for a folded class."""
     sd = " ".join(x for x in (shape_text(rec.shape), _DTYPE_SHORT.get(rec.dtype or "", rec.dtype or "")) if x)
     if rec.op == "placeholder":
         lines = [display_name(rec), sd]
+    elif rec.op == MODULE_OP:
+        lines = [f"{rec.module} ({rec.module_type})", sd]
     elif rec.op == "output":
         lines = ["output"]
     elif rec.op == "get_attr":
@@ -178,12 +207,60 @@ def node_label(rec: NodeRecord, folded: int = 0) -> str:
         lines = [rec.name, sd] if redundant else [rec.name, t, sd]
     if folded:
         lines.append(f"+{folded} param{'s' if folded > 1 else ''}")
-    return "\\n".join(_esc(x) for x in lines if x)
+    if count > 1:
+        lines[0] = f"{lines[0]} … ×{count}"
+    return [x for x in lines if x]
 
 
-def node_tooltip(rec: NodeRecord) -> str:
-    """Hover text: name, op, full target and arguments, module and source line."""
+def node_label(rec: NodeRecord, folded: int = 0, count: int = 1) -> str:
+    """Label text (DOT ``\\n``-joined lines of :func:`label_lines`)."""
+    return "\\n".join(_esc(x) for x in label_lines(rec, folded, count))
+
+
+def arg_changes(old: NodeRecord, new: NodeRecord) -> list[tuple[str, str, str]]:
+    """Constant arguments a rewrite changed in place: ``(where, old text, new text)`` for
+    each positional argument (``args[i]``) or keyword whose value differs and holds no
+    node reference (a changed node reference is a rewiring, marked separately).
+    ``normalize_split`` turning ``split(x, 16)`` into ``split(x, [16, 16, 16])`` gives
+    ``[("args[1]", "16", "[16, 16, 16]")]``."""
+    out = []
+    for i in range(max(len(old.args), len(new.args))):
+        a = old.args[i] if i < len(old.args) else None
+        b = new.args[i] if i < len(new.args) else None
+        if a != b and not _has_ref(a) and not _has_ref(b):
+            out.append((f"args[{i}]", "—" if i >= len(old.args) else arg_text(a),
+                        "—" if i >= len(new.args) else arg_text(b)))
+    for k in dict.fromkeys([*old.kwargs, *new.kwargs]):
+        a, b = old.kwargs.get(k), new.kwargs.get(k)
+        if a != b and not _has_ref(a) and not _has_ref(b):
+            out.append((k, "—" if k not in old.kwargs else arg_text(a), "—" if k not in new.kwargs else arg_text(b)))
+    return out
+
+
+def _has_ref(a) -> bool:
+    if isinstance(a, dict):
+        return ("node" in a and len(a) == 1) or any(_has_ref(v) for v in a.values())
+    if isinstance(a, list):
+        return any(_has_ref(v) for v in a)
+    return False
+
+
+def _html_label(lines: list[str], changes: list[tuple[str, str, str]]) -> str:
+    """An HTML-like label: the plain lines, then one line per changed argument with the
+    old value struck through in red and the new one beside it in green."""
+    rows = [_html(x) for x in lines]
+    for where, old, new in changes:
+        rows.append(f'{_html(where)}: <FONT COLOR="{CHANGED_OLD}"><S>{_html(_cut(old, 24))}</S></FONT> '
+                    f'<FONT COLOR="{CHANGED_NEW}">{_html(_cut(new, 24))}</FONT>')
+    return "<" + "<BR/>".join(rows) + ">"
+
+
+def node_tooltip(rec: NodeRecord, members: list[str] | None = None) -> str:
+    """Hover text: name, op, full target and arguments, module and source line; for a
+    folded class, how many parallel copies it stands for and their names."""
     lines = [f"{rec.name}  ({rec.op})", f"{rec.target}({rec.args_text(200)})"]
+    if members:
+        lines.insert(0, f"×{len(members)} parallel copies: {_ranges(tuple(members))}")
     if rec.module:
         lines.append(f"module: {rec.module}" + (f" ({rec.module_type})" if rec.module_type else ""))
     if rec.source:
@@ -191,25 +268,53 @@ def node_tooltip(rec: NodeRecord) -> str:
     return "\\n".join(_esc(x) for x in lines)
 
 
+@functools.lru_cache(maxsize=256)
+def _ranges(names: tuple[str, ...]) -> str:
+    return name_ranges(names)
+
+
+def name_ranges(names) -> str:
+    """Every name, numbered runs compressed: ``linear, linear_1, …, linear_127, relu_3`` ->
+    ``linear, linear_1…linear_127, relu_3`` (so a folded class of 128 accounts for all
+    members in one line)."""
+    out: list[str] = []
+    run: list[tuple[str, int, str]] = []
+
+    def flush():
+        if len(run) > 2:
+            out.append(f"{run[0][2]}…{run[-1][2]}")
+        else:
+            out.extend(r[2] for r in run)
+        run.clear()
+
+    for n in names:
+        m = _NUMBERED.fullmatch(n)
+        if m and run and m.group(1) == run[-1][0] and int(m.group(2)) == run[-1][1] + 1:
+            run.append((m.group(1), int(m.group(2)), n))
+            continue
+        flush()
+        if m:
+            run.append((m.group(1), int(m.group(2)), n))
+        else:
+            out.append(n)
+    flush()
+    return ", ".join(out)
+
+
 # --------------------------------------------------------------------------- selection
 
 
-def neighbourhood(snap: GraphSnapshot, seeds: set[str], hops: int, max_nodes: int) -> tuple[set[str], int]:
-    """The ``seeds`` plus every node within ``hops`` edges of them (both directions).
-
-    Grows one hop at a time and stops before a hop would take the set past
-    ``max_nodes`` (the seeds themselves are always kept). Returns (nodes, hops used).
-    """
-    users = snap.users()
-    keep = {s for s in seeds if s in snap.nodes}
+def _grow(inputs: dict[str, list[str]], users: dict[str, list[str]], seeds: set[str], hops: int,
+          max_nodes: int) -> tuple[set[str], int]:
+    keep = {s for s in seeds if s in inputs}
     frontier = set(keep)
     used = 0
     for _ in range(hops):
         nxt = set()
         for n in frontier:
-            nxt.update(snap.nodes[n].inputs)
+            nxt.update(inputs.get(n, ()))
             nxt.update(users.get(n, ()))
-        nxt = {n for n in nxt if n in snap.nodes} - keep
+        nxt = {n for n in nxt if n in inputs} - keep
         if not nxt:  # the seeds' whole component is already in
             return keep, hops
         if len(keep) + len(nxt) > max_nodes:
@@ -220,6 +325,252 @@ def neighbourhood(snap: GraphSnapshot, seeds: set[str], hops: int, max_nodes: in
     return keep, used
 
 
+def neighbourhood(snap: GraphSnapshot, seeds: set[str], hops: int, max_nodes: int) -> tuple[set[str], int]:
+    """The ``seeds`` plus every node within ``hops`` edges of them (both directions).
+
+    Grows one hop at a time and stops before a hop would take the set past
+    ``max_nodes`` (the seeds themselves are always kept). Returns (nodes, hops used).
+    """
+    return _grow({n: r.inputs for n, r in snap.nodes.items()}, snap.users(), seeds, hops, max_nodes)
+
+
+@dataclass
+class Drawn:
+    """What a view draws: node ids in graph order (a folded class is its first member's
+    name), their records, the members each id stands for, the drawn edges with how many
+    graph edges each stands for, and the parameter placeholders folded into each node."""
+
+    order: list[str]
+    recs: dict[str, NodeRecord]
+    members: dict[str, list[str]]
+    inputs: dict[str, list[str]]
+    edge_mult: dict[tuple[str, str], int]
+    params: dict[str, int]
+    total: int = 0
+    elided: int = 0
+    folded_params: int = 0
+    hops: int | None = None
+    fold_s: float = 0.0
+    select_s: float = 0.0
+
+    def count(self, n: str) -> int:
+        return len(self.members.get(n, (n,)))
+
+
+#: a marked view of a graph with more nodes than this is drawn from a region around the marks
+#: (grown at most ``REGION_FACTOR`` × ``max_nodes`` nodes before folding), so its cost follows
+#: the region, not the graph: at 85,000 nodes a whole-graph pass costs more than the 0.1 s budget
+LOCAL_ABOVE = 3000
+REGION_FACTOR = 12
+
+
+def _region(snap: GraphSnapshot, seeds: list[str], marked: set[str], hops: int, cap: int, fold_params: bool,
+            users: dict | None = None, n_params: int | None = None) -> tuple[list[str], set[str], int]:
+    """The seeds and their ``hops``-hop neighbourhood, grown hop by hop while it stays
+    within ``cap`` nodes; parameter placeholders are not walked through (they fold into
+    their users). ``users``/``n_params``: the graph's users index and parameter count
+    (:func:`viz.index.users_at`); computed here, O(graph), when not given. Returns
+    (region in topological order, folded parameters met, parameters in the whole graph)."""
+    nodes = snap.nodes
+    if users is None:
+        users = snap.users()
+    if n_params is None:
+        n_params = sum(1 for r in nodes.values() if is_param(r))
+    if not fold_params:
+        n_params = 0
+
+    def folded(n: str) -> bool:
+        return fold_params and n not in marked and is_param(nodes[n])
+
+    keep = set(seeds)
+    params: set[str] = set()
+    frontier = set(seeds)
+    for _ in range(hops):
+        nxt = set()
+        for n in frontier:
+            for m in nodes[n].inputs:
+                if m in nodes:
+                    nxt.add(m)
+            nxt.update(users.get(n, ()))
+        nxt -= keep
+        met = {n for n in nxt if folded(n)}
+        params |= met
+        nxt -= met
+        if not nxt or len(keep) + len(nxt) > cap:
+            break
+        keep |= nxt
+        frontier = nxt
+    params |= {i for n in keep for i in nodes[n].inputs if i in nodes and i not in keep and folded(i)}
+    return _topo_order(nodes, keep), params, n_params
+
+
+_NUMBERED = re.compile(r"(.*?)(\d+)")
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _natural(name: str) -> tuple:
+    """Sort key: ``linear_12`` after ``linear_2``."""
+    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(name))
+
+
+def _topo_order(nodes: dict[str, NodeRecord], keep: set[str]) -> list[str]:
+    """``keep`` in an order where every node comes after its inputs (Kahn's algorithm,
+    ties in natural name order, so tower 2 comes before tower 10)."""
+    import heapq
+
+    deps = {n: {i for i in nodes[n].inputs if i in keep and i != n} for n in keep}
+    users: dict[str, list[str]] = {}
+    for n, ds in deps.items():
+        for i in ds:
+            users.setdefault(i, []).append(n)
+    ready = [(_natural(n), n) for n, ds in deps.items() if not ds]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        _, n = heapq.heappop(ready)
+        out.append(n)
+        for u in users.get(n, ()):
+            deps[u].discard(n)
+            if not deps[u]:
+                heapq.heappush(ready, (_natural(u), u))
+    if len(out) < len(keep):  # a cycle cannot happen in an FX graph; keep every node anyway
+        out += sorted(keep - set(out), key=_natural)
+    return out
+
+
+MODULE_OP = "module"  # the op of a collapsed-module node (viz only; never in a Trace)
+
+
+def collapse_modules(snap: GraphSnapshot, names: list[str], marked: set[str],
+                     min_size: int = 3) -> tuple[GraphSnapshot, list[str], dict[str, int]]:
+    """Each module (grouped as the module boxes are, :func:`_cluster_key`) whose nodes
+    among ``names`` number at least ``min_size``, hold no marked node and form one
+    connected piece becomes one node ``[<path>]`` labelled with its path and node
+    count (from ``nn_module_stack``). Its inputs are the members' inputs from outside it
+    (parameters included, so "+N params" counts them); users of members now use it.
+    Identical modules of parallel towers (``towers.3`` and ``towers.7``) share a target
+    (``towers.*``), so parallel-copy folding draws them once as "×k".
+
+    Returns (a snapshot of the collapsed graph, its names in order, module node -> how
+    many nodes it stands for)."""
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        r = snap.nodes[n]
+        key = _cluster_key(r.module)
+        if key and n not in marked and r.op not in ("placeholder", "output"):
+            groups.setdefault(key, []).append(n)
+    inputs = {n: snap.nodes[n].inputs for n in names}
+    owner: dict[str, str] = {}
+    for key, ms in groups.items():
+        if len(ms) >= min_size and _connected(inputs, ms):
+            for m in ms:
+                owner[m] = f"[{key}]"
+    if not owner:
+        return snap, names, {}
+    out, order, weight, done = GraphSnapshot(), [], {}, set()
+    for n in names:
+        r = snap.nodes[n]
+        v = owner.get(n)
+        if v is None:
+            mapped = list(dict.fromkeys(owner.get(i, i) for i in r.inputs))
+            out.nodes[n] = r if mapped == r.inputs else replace(r, inputs=mapped)
+            order.append(n)
+        elif v not in done:
+            done.add(v)
+            key = v[1:-1]
+            ms = groups[key]
+            ext = list(dict.fromkeys(i for m in ms for i in snap.nodes[m].inputs if owner.get(i) != v))
+            last = snap.nodes[ms[-1]]
+            out.nodes[v] = NodeRecord(v, MODULE_OP, re.sub(r"\.\d+(?=\.|$)", ".*", key),
+                                      inputs=[owner.get(i, i) for i in ext], shape=last.shape, dtype=last.dtype,
+                                      module=key, module_type=f"{len(ms)} nodes")
+            order.append(v)
+            weight[v] = len(ms)
+    out.nodes = ChainMap(out.nodes, snap.nodes)  # parameters and nodes outside the region: as they were
+    return out, order, weight
+
+
+def _mark_key(marks: Marks, n: str) -> tuple:
+    return (marks.groups.get(n), n in marks.created, n in marks.erased, n in marks.rewired)
+
+
+def drawn_graph(snap: GraphSnapshot, marks: Marks | None = None, hops: int = HOPS, max_nodes: int = MAX_NODES,
+                full: bool = False, fold_params: bool = True, fold: bool | None = None,
+                users: dict | None = None, n_params: int | None = None, modules: bool = False) -> Drawn:
+    """Choose what to draw of ``snap``: parameter placeholders folded into their users
+    (``fold_params``; marked ones stay), parallel copies folded into "×k" classes
+    (``fold``; None: when more than :data:`FOLD_ABOVE` nodes are drawable), then — unless
+    ``full`` — the marked classes and their ``hops``-hop neighbourhood, stopping before a
+    hop would pass ``max_nodes`` drawn nodes (without marks: the first ``max_nodes``).
+    ``modules``: collapse each module without marked nodes into one node
+    (:func:`collapse_modules`) before the rest. Above :data:`LOCAL_ABOVE` nodes a marked view works on a region around the marks
+    (:func:`_region`; ``users``/``n_params`` from :func:`viz.index.users_at` keep it
+    O(region))."""
+    marks = marks or Marks()
+    marked = marks.names()
+    seeds = [n for n in marked if n in snap.nodes]
+    t_sel = time.perf_counter()
+    if not full and seeds and len(snap) > LOCAL_ABOVE:
+        names, params, n_params = _region(snap, seeds, marked, hops, max_nodes * REGION_FACTOR, fold_params,
+                                          users, n_params)
+    else:
+        params = {n for n, r in snap.nodes.items() if fold_params and n not in marked and is_param(r)}
+        names = [n for n in snap.nodes if n not in params]
+        n_params = len(params)
+    total = len(snap)
+    weight: dict[str, int] = {}
+    if modules:
+        snap, names, weight = collapse_modules(snap, names, marked)
+    inside = set(names)
+    sel_s = time.perf_counter() - t_sel
+    t0 = time.perf_counter()
+    if fold is None:
+        fold = len(snap) - n_params > FOLD_ABOVE
+    rep = parallel_classes(snap, names, {n: _mark_key(marks, n) for n in marked}) if fold else {}
+    members: dict[str, list[str]] = {}
+    for n in names:
+        members.setdefault(rep.get(n, n), []).append(n)
+    fold_s = time.perf_counter() - t0 if fold else 0.0
+    if fold:
+        q_inputs = {}
+        for r, ms in members.items():
+            q_inputs[r] = list(dict.fromkeys(rep.get(i, i) for m in ms for i in snap.nodes[m].inputs if i in inside))
+    else:
+        q_inputs = {n: [i for i in dict.fromkeys(snap.nodes[n].inputs) if i in inside] for n in names}
+    used_hops: int | None = None
+    if full or len(members) <= max_nodes:
+        shown = set(members)
+    else:
+        seeds = {rep.get(n, n) for n in marked if n in snap.nodes}
+        if seeds:
+            users: dict[str, list[str]] = {}
+            for r, ins in q_inputs.items():
+                for i in ins:
+                    users.setdefault(i, []).append(r)
+            shown, used_hops = _grow(q_inputs, users, seeds, hops, max_nodes)
+        else:
+            shown, used_hops = set(list(members)[:max_nodes]), 0
+    order = [r for r in members if r in shown]
+    inputs = {r: [i for i in q_inputs[r] if i in shown] for r in order}
+    mult: dict[tuple[str, str], int] = {}
+    for r in order:
+        if len(members[r]) == 1:
+            for i in inputs[r]:
+                mult[(i, r)] = 1
+            continue
+        for m in members[r]:
+            for i in dict.fromkeys(snap.nodes[m].inputs):
+                ri = rep.get(i, i)
+                if ri in shown and i in inside:
+                    mult[(ri, r)] = mult.get((ri, r), 0) + 1
+    per_node = {r: sum(1 for i in dict.fromkeys(snap.nodes[r].inputs) if i in params) for r in order}
+    elided = total - n_params - sum(weight.get(m, 1) for r in order for m in members[r])
+    if used_hops is None and elided:  # a local region: how far it reached
+        used_hops = hops
+    return Drawn(order, {r: snap.nodes[r] for r in order}, {r: members[r] for r in order if len(members[r]) > 1},
+                 inputs, mult, per_node, total, elided, n_params, used_hops, fold_s, sel_s)
+
+
 def _cluster_key(module: str | None) -> str | None:
     """Module clusters group nodes by the parent of their innermost module
     (``towers.0.fc1`` -> ``towers.0``), so one tower or block is one box."""
@@ -228,14 +579,14 @@ def _cluster_key(module: str | None) -> str | None:
     return module.rsplit(".", 1)[0] if "." in module else module
 
 
-def _connected(snap: GraphSnapshot, names: list[str]) -> bool:
+def _connected(inputs: dict[str, list[str]], names: list[str]) -> bool:
     """Whether ``names`` form one weakly connected piece using only edges among
     themselves. A module whose nodes a fusion scattered over the graph is not boxed: its
     box would stretch across the fused nodes and overlap the others."""
     members = set(names)
     adj: dict[str, set[str]] = {n: set() for n in names}
     for n in names:
-        for i in snap.nodes[n].inputs:
+        for i in inputs.get(n, ()):
             if i in members:
                 adj[n].add(i)
                 adj[i].add(n)
@@ -248,88 +599,133 @@ def _connected(snap: GraphSnapshot, names: list[str]) -> bool:
     return len(seen) == len(members)
 
 
-def graph_view(snap: GraphSnapshot, marks: Marks | None = None, title: str = "", hops: int = HOPS,
-               max_nodes: int = MAX_NODES, full: bool = False, fold_params: bool = True,
-               clusters: bool = True, legend_in_graph: bool = True) -> GraphView:
-    """Build the DOT view of ``snap`` with ``marks`` highlighted.
+def _clusters(d: Drawn) -> dict[str, list[str]]:
+    """cluster name -> drawn ids, for modules with >= 2 connected unfolded nodes (and only
+    when there are >= 2 such modules)."""
+    by: dict[str, list[str]] = {}
+    for n in d.order:
+        key = _cluster_key(d.recs[n].module) if n not in d.members else None
+        if key is not None:
+            by.setdefault(key, []).append(n)
+    real = {"cluster_" + re.sub(r"\W", "_", k): v for k, v in by.items() if len(v) >= 2 and _connected(d.inputs, v)}
+    return real if len(real) >= 2 else {}
 
-    When more than ``max_nodes`` nodes would be drawn and ``full`` is False, only the
-    marked nodes and their ``hops``-hop neighbourhood are drawn (without marks: the
-    first ``max_nodes`` nodes in graph order), plus a note node "… N nodes not shown".
-    ``fold_params`` leaves unmarked parameter placeholders out and counts them on their
-    users' labels. ``clusters`` draws a dashed box per module (see :func:`_cluster_key`)
-    when the drawn nodes come from more than one module. ``legend_in_graph`` False leaves
-    the legend node out of the drawing (for a viewer that shows ``GraphView.legend``
-    itself); the returned legend and notes are the same either way.
-    """
-    marks = marks or Marks()
-    marked = marks.names()
-    folded_names = {n for n, r in snap.nodes.items() if fold_params and is_param(r) and n not in marked}
-    drawable = [n for n in snap.nodes if n not in folded_names]
-    used_hops: int | None = None
-    if full or len(drawable) <= max_nodes:
-        shown = set(drawable)
-    else:
-        seeds = {n for n in marked if n in snap.nodes}
-        if seeds:
-            sub = GraphSnapshot(r for n, r in snap.nodes.items() if n not in folded_names)
-            shown, used_hops = neighbourhood(sub, seeds, hops, max_nodes)
-        else:
-            shown, used_hops = set(drawable[:max_nodes]), 0
-    elided = len(drawable) - len(shown)
 
+# --------------------------------------------------------------------------- DOT
+
+
+def _graph(title: str) -> graphviz.Digraph:
     g = graphviz.Digraph(name="G")
     g.attr(rankdir="TB", newrank="true", fontname="Helvetica", fontsize="12", nodesep="0.25", ranksep="0.35",
            label=_esc(title), labelloc="t", labeljust="l")
     g.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize="10", margin="0.08,0.03",
            height="0.3", color="#777777", fillcolor=PLAIN_FILL, penwidth="1")
     g.attr("edge", color="#666666", arrowsize="0.6", penwidth="0.8")
+    return g
 
-    folded_count: dict[str, int] = {}
-    for n in shown:
-        folded_count[n] = sum(1 for i in dict.fromkeys(snap.nodes[n].inputs) if i in folded_names)
 
-    by_cluster: dict[str | None, list[str]] = {}
-    for n in snap.nodes:  # graph order keeps the layout stable from step to step
-        if n in shown:
-            key = _cluster_key(snap.nodes[n].module) if clusters else None
-            by_cluster.setdefault(key, []).append(n)
-    real = {k: v for k, v in by_cluster.items() if k is not None and len(v) >= 2 and _connected(snap, v)}
-    if len(real) < 2:
-        real = {}
-    for key, names in by_cluster.items():
-        if key in real:
-            with g.subgraph(name="cluster_" + re.sub(r"\W", "_", key)) as c:
-                c.attr(label=_esc(key), style="rounded,dashed", color="#bbbbbb", fontcolor="#888888",
-                       fontsize="10", labeljust="l")
-                for n in names:
-                    _add_node(c, snap.nodes[n], marks, folded_count[n])
-        else:
+def emit(d: Drawn, marks: Marks, title: str = "", clusters: bool = True, legend_in_graph: bool = True,
+         layout: Layout | None = None, changes: dict[str, list] | None = None, ghosts: bool = False,
+         provenance: list[tuple[str, str]] = ()) -> tuple[graphviz.Digraph, list[LegendEntry], list[str]]:
+    """The DOT graph of ``d`` with ``marks``; returns (graph, legend rows, notes).
+
+    ``layout``: pin every node (and edge spline) to it, for ``neato -n2`` (the legend and
+    note nodes are then left to the viewer). ``changes``: constant arguments changed in
+    place per node (:func:`arg_changes`), drawn struck through / new. ``ghosts``: draw
+    erased nodes faded (the diff view). ``provenance``: (old, new) pairs drawn as dashed
+    purple arrows from a replaced node to its replacement."""
+    changes = changes or {}
+    g = _graph(title)
+    boxes = _clusters(d) if clusters else {}
+    if layout is not None:
+        boxes = {k: v for k, v in boxes.items() if k in layout.clusters}
+    in_box = {n for v in boxes.values() for n in v}
+    for key, names in boxes.items():
+        with g.subgraph(name=key) as c:
+            c.attr(label=_esc(_cluster_key(d.recs[names[0]].module) or ""), style="rounded,dashed", color="#bbbbbb",
+                   fontcolor="#888888", fontsize="10", labeljust="l")
+            if layout is not None:
+                c.attr(bb=layout.clusters[key])
             for n in names:
-                _add_node(g, snap.nodes[n], marks, folded_count[n])
-
-    for src, dst in snap.edges():
-        if src in shown and dst in shown:
-            g.edge(src, dst)
-
+                _add_node(c, d, n, marks, layout, changes.get(n), ghosts)
+    for n in d.order:
+        if n not in in_box:
+            _add_node(g, d, n, marks, layout, changes.get(n), ghosts)
+    for (src, dst), k in d.edge_mult.items():
+        attrs = {}
+        if k > 1:
+            attrs.update(penwidth="2", tooltip=f"{k} edges")
+        if layout is not None:
+            pos = layout.edges.get((src, dst))
+            if pos is None and (src not in layout.nodes or dst not in layout.nodes):
+                continue
+            if pos is not None:
+                attrs["pos"] = pos
+        g.edge(src, dst, **attrs)
+    for old, new in provenance:
+        if layout is None or (old in layout.nodes and new in layout.nodes):
+            g.edge(old, new, color=PROVENANCE_COLOUR, style="dashed", penwidth="1.5", constraint="false",
+                   arrowhead="vee", tooltip=f"{old} replaced by {new}")
+    shown = {m for n in d.order for m in d.members.get(n, [n])}
     legend = legend_entries(marks, shown)
-    notes = [f"{len(folded_names)} parameter placeholders folded into their users"] if folded_names else []
-    if legend_in_graph:
-        _add_legend(g, legend, notes)
-    if elided:
-        around = "the marked nodes" if marked & shown else "the first nodes in graph order"
-        note = (f"… {elided:,} nodes not shown\\n(showing {used_hops}-hop neighbourhood of {around}; "
-                f"{len(shown):,} of {len(snap):,} drawn)")
-        g.node("__elided__", label=note, shape="note", style="filled", fillcolor="#fff8e1", color="#999999",
-               fontsize="10")
-        notes.append(note.replace("\\n", " "))
-    primary = set(marks.groups) | marks.created  # sites and new nodes first; erased/rewired when none
-    focus = [n for n in snap.nodes if n in shown and n in primary] or [n for n in snap.nodes if n in shown and n in marked]
-    return GraphView(g, title, len(snap), len(shown), elided, len(folded_names), used_hops, focus, legend, notes)
+    if ghosts and any(n in marks.erased for n in d.order):
+        legend = [e if not e.text.startswith("erased") else replace(e, fill=GHOST_FILL) for e in legend]
+    if provenance:
+        legend.append(LegendEntry("#ffffff", PROVENANCE_COLOUR, f"replaced by (dashed arrow, {len(provenance)})",
+                                  dashed=True))
+    if changes:
+        legend.append(LegendEntry("#ffffff", CHANGED_OLD, f"arguments changed in place ({len(changes)}): "
+                                                         "old struck through, new in green"))
+    notes = []
+    if d.folded_params:
+        notes.append(f"{d.folded_params} parameter placeholders folded into their users")
+    if d.members:
+        notes.append(f"{sum(len(v) for v in d.members.values()):,} parallel nodes drawn as "
+                     f"{len(d.members)} '… ×k' nodes (hover one for its members)")
+    if d.elided:
+        around = "the marked nodes" if marks.names() else "the first nodes in graph order"
+        notes.append(f"… {d.elided:,} nodes not shown (showing {d.hops}-hop neighbourhood of {around}; "
+                     f"{len(d.order):,} drawn of {d.total:,})")
+    if layout is None and legend_in_graph:
+        _add_legend(g, legend, [x for x in notes if not x.startswith("…")])
+    if layout is None and d.elided:
+        around = "the marked nodes" if marks.names() else "the first nodes in graph order"
+        g.node("__elided__", label=f"… {d.elided:,} nodes not shown\\n(showing {d.hops}-hop neighbourhood of "
+               f"{around}; {len(d.order):,} of {d.total:,} drawn)", shape="note", style="filled",
+               fillcolor="#fff8e1", color="#999999", fontsize="10")
+    if layout is not None:
+        for a in anchors(layout.bb):
+            g.body.append("\t" + a + "\n")
+    return g, legend, notes
 
 
-def _add_node(g: graphviz.Digraph, rec: NodeRecord, marks: Marks, folded: int) -> None:
-    attrs = {"label": node_label(rec, folded), "tooltip": node_tooltip(rec)}
+def _add_node(g: graphviz.Digraph, d: Drawn, n: str, marks: Marks, layout: Layout | None,
+              changes: list | None, ghosts: bool) -> None:
+    rec = d.recs[n]
+    try:
+        attrs = _node_attrs(rec, marks, d.params.get(n, 0), d.members.get(n), changes, ghosts)
+    except Exception as e:  # noqa: BLE001 - a node that cannot be labelled is drawn with the reason, not a traceback
+        attrs = {"label": _esc(n) + "\\n" + _esc(f"cannot label this node: {type(e).__name__}: {e}"), "color": ERASED_BORDER,
+                 "fontcolor": ERASED_BORDER}
+    if layout is not None:
+        pos = layout.nodes.get(n)
+        if pos is None:
+            return
+        x, y, w, h = pos
+        attrs.update(pos=f"{x:.2f},{y:.2f}!", width=f"{w:.3f}", height=f"{h:.3f}", fixedsize="true")
+    g.node(n, **attrs)
+
+
+def _node_attrs(rec: NodeRecord, marks: Marks, params: int, members: list[str] | None, changes: list | None,
+                ghosts: bool) -> dict:
+    count = len(members) if members else 1
+    if changes:
+        attrs = {"label": _html_label(label_lines(rec, params, count), changes)}
+    else:
+        attrs = {"label": node_label(rec, params, count)}
+    attrs["tooltip"] = node_tooltip(rec, members)
+    if count > 1:
+        attrs["peripheries"] = "2"
     if rec.op in ("placeholder", "output", "get_attr"):
         attrs["fillcolor"] = INPUT_FILL
         if is_param(rec):
@@ -344,11 +740,45 @@ def _add_node(g: graphviz.Digraph, rec: NodeRecord, marks: Marks, folded: int) -
             attrs["fillcolor"] = CREATED_FILL
     if rec.name in marks.rewired and rec.name not in marks.created:
         attrs.update(color=REWIRED_BORDER, penwidth="2")
+    if changes:
+        attrs.update(color=CHANGED_OLD, penwidth="2")
     if rec.name in marks.erased:
         attrs.update(color=ERASED_BORDER, penwidth="2", style="rounded,filled,dashed")
-        if rec.name not in marks.groups:  # red text on a group fill would be hard to read
+        if ghosts:
+            attrs.update(fillcolor=GHOST_FILL, fontcolor=GHOST_TEXT)
+        elif rec.name not in marks.groups:  # red text on a group fill would be hard to read
             attrs["fontcolor"] = ERASED_BORDER
-    g.node(rec.name, **attrs)
+    return attrs
+
+
+def graph_view(snap: GraphSnapshot, marks: Marks | None = None, title: str = "", hops: int = HOPS,
+               max_nodes: int = MAX_NODES, full: bool = False, fold_params: bool = True,
+               clusters: bool = True, legend_in_graph: bool = True, fold: bool | None = None,
+               users: dict | None = None, n_params: int | None = None, modules: bool = False) -> GraphView:
+    """Build the DOT view of ``snap`` with ``marks`` highlighted.
+
+    What is drawn is :func:`drawn_graph` (parameter folding, parallel-copy folding, the
+    ``hops``-hop cut with a note "… N nodes not shown"). ``clusters`` draws a dashed box
+    per module (see :func:`_cluster_key`) when the drawn nodes come from more than one
+    module; ``modules`` collapses unmarked modules into one node each
+    (:func:`collapse_modules`). ``legend_in_graph`` False leaves the legend node out of the drawing (for a
+    viewer that shows ``GraphView.legend`` itself); the returned legend and notes are the
+    same either way.
+    """
+    marks = marks or Marks()
+    t0 = time.perf_counter()
+    d = drawn_graph(snap, marks, hops, max_nodes, full, fold_params, fold, users, n_params, modules)
+    g, legend, notes = emit(d, marks, title, clusters, legend_in_graph)
+    return _view(g, title, d, marks, legend, notes, time.perf_counter() - t0)
+
+
+def _view(g, title: str, d: Drawn, marks: Marks, legend, notes, seconds: float, pinned: bool = False) -> GraphView:
+    primary = set(marks.groups) | marks.created  # sites and new nodes first; erased/rewired when none
+    marked = marks.names()
+    focus = [n for n in d.order if n in primary] or [n for n in d.order if n in marked]
+    return GraphView(g, title, d.total, len(d.order), d.elided, d.folded_params, d.hops, focus, legend, notes,
+                     drawn=d, pinned=pinned, parallel=sum(len(v) for v in d.members.values()), fold_s=d.fold_s,
+                     build_s=max(0.0, seconds - d.fold_s), marks=marks)
 
 
 def legend_entries(marks: Marks, shown: set[str]) -> list[LegendEntry]:
@@ -411,9 +841,11 @@ def step_view(trace: Trace, index: int, side: str, **kw) -> GraphView:
     Keyword arguments go to :func:`graph_view` (hops, max_nodes, full, fold_params,
     clusters). Raises IndexError for a step the trace does not have."""
     step = trace.step(index)
-    snap = trace.before(index) if side == "before" else trace.after(index)
+    k = index - 1 if side == "before" else index
+    snap = trace.graph_at(k) if side in ("before", "after") else trace.before(index)
     title = f"{side} step {index}: {step.pattern} ({step.pass_name}) — {len(snap)} nodes"
-    return graph_view(snap, step_marks(step, side), title=title, **kw)
+    users, n_params = _index(trace, k, snap)
+    return graph_view(snap, step_marks(step, side), title=title, users=users, n_params=n_params, **kw)
 
 
 def pass_view(trace: Trace, pass_name: str, side: str, **kw) -> GraphView:
@@ -451,26 +883,244 @@ def snapshot_view(trace: Trace, k: int = 0, **kw) -> GraphView:
     return graph_view(snap, None, title=f"{what} — {len(snap)} nodes", **kw)
 
 
+# --------------------------------------------------------------------------- one geometry per step
+
+
+@dataclass
+class StepPicture:
+    """A step's before, after and diff views drawn on one layout.
+
+    The layout is of the union of what the before and after views draw (the diff view's
+    nodes), so every node both views draw sits at the same coordinates, and all three
+    drawings have the same bounding box (one zoom fits all). ``layout.note`` says when the
+    layout is a fallback; ``changes`` lists the constant arguments the step changed in
+    place per node (:func:`arg_changes`)."""
+
+    index: int
+    before: GraphView
+    after: GraphView
+    diff: GraphView
+    layout: Layout
+    changes: dict[str, list[tuple[str, str, str]]]
+    #: seconds per phase: ``rebuild_s`` (the trace's before/after graphs), ``index_s`` (moving
+    #: the users index along), ``fold_s``, ``dot_build_s`` (selection, labels, DOT of the
+    #: union and the three views), ``layout_s`` (0 when a trace-wide layout was reused)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def views(self) -> dict[str, GraphView]:
+        return {"before": self.before, "after": self.after, "diff": self.diff}
+
+
+def _union(a: Drawn, b: Drawn) -> Drawn:
+    order = list(dict.fromkeys(a.order + b.order))
+    recs = {**a.recs, **b.recs}
+    members = {n: max(a.members.get(n, []), b.members.get(n, []), key=len) for n in {*a.members, *b.members}}
+    inputs = {n: list(dict.fromkeys(a.inputs.get(n, []) + b.inputs.get(n, []))) for n in order}
+    mult = dict(a.edge_mult)
+    for e, k in b.edge_mult.items():
+        mult[e] = max(k, mult.get(e, 0))
+    params = {n: max(a.params.get(n, 0), b.params.get(n, 0)) for n in order}
+    return Drawn(order, recs, members, inputs, mult, params, max(a.total, b.total), min(a.elided, b.elided),
+                 max(a.folded_params, b.folded_params), a.hops, a.fold_s + b.fold_s)
+
+
+def _label_size(label: str) -> tuple[float, float]:
+    """Estimated (width, height) in inches of a 10 pt Helvetica box label (plain or HTML)."""
+    text = re.sub(r"<[^>]+>", "\n", label.replace("<BR/>", "\n")).replace("\\n", "\n")
+    lines = [x for x in text.split("\n") if x.strip()] or [""]
+    return max(0.6, 0.075 * max(len(x) for x in lines) + 0.2), 0.17 * len(lines) + 0.12
+
+
+def _sizes(d: Drawn, changes: dict) -> dict[str, tuple[float, float]]:
+    out = {}
+    for n in d.order:
+        lines = label_lines(d.recs[n], d.params.get(n, 0), d.count(n))
+        lines += [f"{w}: {o} {nw}" for w, o, nw in changes.get(n, [])]
+        out[n] = _label_size("\n".join(lines))
+    return out
+
+
+def _rep_map(d: Drawn) -> dict[str, str]:
+    return {m: r for r, ms in d.members.items() for m in ms}
+
+
+#: a trace whose graphs, all steps together, draw at most this many distinct nodes gets one
+#: layout for all its steps (:func:`trace_layout`)
+STABLE_MAX = 300
+
+
+def _index(trace: Trace, k: int, snap: GraphSnapshot) -> tuple[dict | None, int | None]:
+    """(users index, parameter count) of a big graph from the trace's running index
+    (:func:`viz.index.users_at`); (None, None) for a small one (computed when needed)."""
+    if len(snap) <= LOCAL_ABOVE:
+        return None, None
+    return users_at(trace, k, snap, is_param)
+
+
+def _drawable(snap: GraphSnapshot, n_params: int | None, fold_params: bool) -> int:
+    """Nodes a view of ``snap`` can draw: all but the folded parameter placeholders."""
+    if not fold_params:
+        return len(snap)
+    return len(snap) - (n_params if n_params is not None else sum(1 for r in snap.nodes.values() if is_param(r)))
+
+
+def trace_layout(trace: Trace, max_nodes: int = MAX_NODES, fold_params: bool = True, clusters: bool = True,
+                 budget_s: float = LAYOUT_BUDGET_S) -> Layout | None:
+    """One layout for every step of a small trace, so consecutive steps keep every node
+    they share where it was (scrubbing the steps moves nothing the steps did not touch).
+
+    It is the layout of the union of all the trace's graphs (captured graph and each
+    step's after-graph, parameters folded as in the views). None — each step then gets
+    its own before/after layout — when any graph would be cut (more than ``max_nodes``
+    drawable nodes), would fold parallel copies, or the union passes :data:`STABLE_MAX`."""
+    drawn, changes = [], {}
+    for k in range(len(trace.steps) + 1):
+        snap = trace.graph_at(k)
+        d = drawn_graph(snap, None, max_nodes=max_nodes, fold_params=fold_params, fold=False)
+        if d.elided or len(d.order) > FOLD_ABOVE:
+            return None
+        drawn.append(d)
+        if k:
+            changes.update(_step_changes(trace.step(k), trace.graph_at(k - 1), snap, d))
+    du = drawn[0]
+    for d in drawn[1:]:
+        du = _union(du, d)
+        if len(du.order) > STABLE_MAX:
+            return None
+    g, _, _ = emit(du, Marks(), "", clusters, legend_in_graph=False, changes=changes)
+    return bounded_layout(g.source, du.order, du.inputs, _sizes(du, changes), budget_s)
+
+
+def _step_changes(step: Step, before: GraphSnapshot, after: GraphSnapshot, da: Drawn) -> dict[str, list]:
+    """Constant arguments ``step`` changed, per drawn node of the after side: in a node it
+    rewired, or between a replaced node and its replacement of the same op
+    (normalize_split: ``split(x, 16)`` -> ``split_1(x, [16, 16, ...])``)."""
+    changes = {}
+    pairs = [(r.name, r.name) for r in (step.delta.upsert if step.delta else [])]
+    pairs += list(step.replaced.items())
+    for old, new in pairs:
+        o, n = before.nodes.get(old), after.nodes.get(new)
+        if o is not None and n is not None and new in da.recs and o.target == n.target:
+            ch = arg_changes(o, n)
+            if ch:
+                changes[new] = ch
+    return changes
+
+
+def step_picture(trace: Trace, index: int, hops: int = HOPS, max_nodes: int = MAX_NODES, full: bool = False,
+                 fold_params: bool = True, fold: bool | None = None, clusters: bool = True,
+                 budget_s: float = LAYOUT_BUDGET_S, layout: Layout | None = None, modules: bool = False) -> StepPicture:
+    """Step ``index``'s before, after and diff views on one shared layout.
+
+    Each side draws what :func:`drawn_graph` selects for it (same options; folding is on
+    for both when either side has more than :data:`FOLD_ABOVE` drawable nodes).
+    ``layout``: a :func:`trace_layout` to draw on (used when it places every node drawn
+    here). ``modules``: collapse modules the step did not touch (:func:`collapse_modules`). Otherwise their union is laid out once with :func:`viz.layout.bounded_layout` (``budget_s`` seconds of
+    ``dot``, else the layered fallback); the diff view draws the union: erased nodes
+    ghosted, created nodes marked, a dashed arrow from each replaced node to its
+    replacement (``Step.replaced``, provenance), and changed arguments struck through /
+    new. Raises IndexError for a step the trace does not have, RenderError when Graphviz
+    is missing or fails."""
+    step = trace.step(index)
+    clock = time.perf_counter
+    t = clock()
+    before, after = trace.before(index), trace.after(index)
+    rebuild_s = clock() - t
+    mb, ma = step_marks(step, "before"), step_marks(step, "after")
+    t = clock()
+    ib = _index(trace, index - 1, before)  # the running index moves on to the after side below: use it first
+    index_s = clock() - t
+    if fold is None:
+        n_params = len(before) - _drawable(before, ib[1], fold_params)
+        fold = max(len(before), len(after)) - n_params > FOLD_ABOVE
+    t0 = clock()
+    db = drawn_graph(before, mb, hops, max_nodes, full, fold_params, fold, *ib, modules=modules)
+    t = clock()
+    ia = _index(trace, index, after)
+    index_s += clock() - t
+    da = drawn_graph(after, ma, hops, max_nodes, full, fold_params, fold, *ia, modules=modules)
+    changes = _step_changes(step, before, after, da)
+    du = _union(db, da)
+    md = Marks(groups=dict(mb.groups), group_labels=list(mb.group_labels), erased=set(mb.erased),
+               created=set(ma.created), rewired=set(ma.rewired))
+    rb, ra = _rep_map(db), _rep_map(da)
+    prov = list(dict.fromkeys((rb.get(o, o), ra.get(n, n)) for o, n in step.replaced.items()
+                              if rb.get(o, o) in du.recs and ra.get(n, n) in du.recs and rb.get(o, o) != ra.get(n, n)))
+    build_s = clock() - t0 - index_s
+    layout_s = 0.0
+    if layout is None or any(n not in layout.nodes for n in du.order):
+        t = clock()
+        g, _, _ = emit(du, md, "", clusters, legend_in_graph=False, changes=changes)
+        build_s += clock() - t
+        layout = bounded_layout(g.source, du.order, du.inputs, _sizes(du, changes), budget_s)
+        layout_s = layout.seconds
+    t1 = clock()
+    views = {}
+    for side, d, m, kw in (("before", db, mb, {}), ("after", da, ma, {"changes": changes}),
+                           ("diff", du, md, {"changes": changes, "ghosts": True, "provenance": prov})):
+        gs, legend, notes = emit(d, m, "", clusters, legend_in_graph=False, layout=layout, **kw)
+        if layout.note:
+            notes.append(layout.note)
+        views[side] = _view(gs, f"{side} step {index}: {step.pattern} ({step.pass_name})", d, m, legend, notes,
+                            0.0, pinned=True)
+    build_s += clock() - t1
+    fold_s = db.fold_s + da.fold_s
+    for v in views.values():
+        v.build_s = max(0.0, build_s - fold_s) / 3
+    timings = {"rebuild_s": rebuild_s, "index_s": index_s, "fold_s": fold_s,
+               "dot_build_s": max(0.0, build_s - fold_s), "layout_s": layout_s}
+    return StepPicture(index, views["before"], views["after"], views["diff"], layout, changes, timings)
+
+
 # --------------------------------------------------------------------------- rendering
 
 
-def render_svg(view: GraphView | graphviz.Digraph | str, timeout_s: float = 20.0) -> str:
-    """Lay out a view (or DOT source) with Graphviz ``dot`` and return the SVG text.
+@dataclass
+class Rendered:
+    """An SVG and how it was laid out: ``note`` is empty unless a fallback layout was used."""
 
-    Raises RenderError when the layout takes longer than ``timeout_s`` seconds (the
-    message says how many nodes and suggests fewer hops) or when ``dot`` fails."""
+    svg: str
+    note: str = ""
+    seconds: float = 0.0
+
+
+def render_view(view: GraphView | graphviz.Digraph | str, budget_s: float = LAYOUT_BUDGET_S,
+                timeout_s: float = 20.0) -> Rendered:
+    """Lay out and draw a view. A pinned view (from :func:`step_picture`) is drawn as laid
+    out (``neato -n2``). Otherwise ``dot`` runs with :func:`viz.layout.dot_limits` for the
+    view's size; a view that ``dot`` does not finish within ``budget_s`` seconds is drawn
+    with the layered fallback and ``note`` says so. DOT source (str or Digraph) has no
+    fallback: past ``timeout_s`` it raises RenderError, as when Graphviz fails."""
+    t0 = time.perf_counter()
+    if isinstance(view, GraphView) and view.pinned:
+        return Rendered(draw_pinned(view.source, timeout_s), "", time.perf_counter() - t0)
     source = view if isinstance(view, str) else view.source
+    n = view.shown if isinstance(view, GraphView) else source.count("\n")
+    limits = [f"-G{k}={v}" for k, v in dot_limits(n).items()]
+    wait = budget_s if isinstance(view, GraphView) and view.drawn is not None else timeout_s
     try:
-        out = subprocess.run(["dot", "-Tsvg"], input=source.encode(), capture_output=True, timeout=timeout_s)
+        out = subprocess.run(["dot", "-Tsvg", *limits], input=source.encode(), capture_output=True, timeout=wait)
     except subprocess.TimeoutExpired as e:
-        shown = f"{view.shown:,} nodes" if isinstance(view, GraphView) else "this graph"
-        raise RenderError(f"Graphviz layout of {shown} did not finish within {timeout_s:g} s; "
-                          f"draw fewer nodes (fewer hops, or leave the full view off)") from e
+        if not (isinstance(view, GraphView) and view.drawn is not None):
+            raise RenderError(f"Graphviz layout of this graph did not finish within {wait:g} s") from e
+        d = view.drawn
+        marks_note = f"Graphviz dot did not lay out {n:,} nodes within {wait:g} s"
+        layout = layered_layout(d.order, d.inputs, _sizes(d, {}), note=marks_note + "; drawn with a simple layered "
+                                "layout instead (ranks by longest path, straight edges)")
+        g, _, _ = emit(d, view.marks or Marks(), "", True, legend_in_graph=False, layout=layout)
+        return Rendered(draw_pinned(g.source, timeout_s), layout.note, time.perf_counter() - t0)
     except FileNotFoundError as e:
         raise RenderError("Graphviz `dot` is not installed (apt-get install graphviz)") from e
     if out.returncode != 0:
         raise RenderError(f"Graphviz dot failed: {out.stderr.decode(errors='replace').strip()[:500]}")
-    return out.stdout.decode()
+    return Rendered(out.stdout.decode(), "", time.perf_counter() - t0)
+
+
+def render_svg(view: GraphView | graphviz.Digraph | str, timeout_s: float = 20.0) -> str:
+    """The SVG text of :func:`render_view` (bounded layout; a fallback layout when ``dot``
+    runs past its budget). Raises RenderError when Graphviz fails or is missing, or when
+    plain DOT source takes longer than ``timeout_s`` seconds."""
+    return render_view(view, timeout_s=timeout_s).svg
 
 
 def responsive_svg(svg: str) -> str:

@@ -266,23 +266,94 @@ class BatchLinearLHS(BatchPattern):
                                        str(wt.device), bias)
 
     def fuse(self, graph: Graph, nodes: list[Node]) -> None:
+        """One wider linear for ``nodes``. A member that is itself an earlier group
+        (``linear(x, cat(W_j), cat(b_j))`` read only through ``split(.., [N_j])``, as this
+        fusion writes it) is unpacked, so a group that grows in two steps concatenates
+        each original weight once (``cat(Wq, Wv, Wk)``, not ``cat(cat(Wq, Wv), Wk)``) and
+        keeps one split."""
         ops = [linear_operands(n) for n in nodes]
         o = ops[0]
         last = len(meta.shape(nodes[0])) - 1
+        wdim = 0 if o.weight_is_nk else 1
+        bdim = None if o.b is None else len(meta.shape(o.b)) - 1
+        ws, bs, sizes, outs, old = [], [], [], [], []
+        for n, p in zip(nodes, ops):
+            group = _earlier_group(n, p, wdim, bdim, last)
+            if group is None:
+                ws.append(p.w)
+                bs.append(p.b)
+                sizes.append(p.out_features)
+                outs.append(n)
+            else:
+                split, gw, gb, gsizes, gouts = group
+                ws += gw
+                bs += gb
+                sizes += gsizes
+                outs += gouts
+                old.append((n, split, p))
         with graph.inserting_before(nodes[0]):
-            w = call(graph, torch.cat, [p.w for p in ops], 0 if o.weight_is_nk else 1)
-            b = None if o.b is None else call(graph, torch.cat, [p.b for p in ops], len(meta.shape(o.b)) - 1)
+            w = call(graph, torch.cat, ws, wdim)
+            b = None if o.b is None else call(graph, torch.cat, bs, bdim)
             if o.form == "linear":
                 y = call(graph, F.linear, o.x, w, b)
             elif o.form == "addmm":
                 y = call(graph, torch.addmm, b, o.x, w)
             else:
                 y = call(graph, torch.matmul, o.x, w)
-            parts = call(graph, torch.split, y, [p.out_features for p in ops], last)
-            replace_with_getitems(graph, nodes, parts)
+            parts = call(graph, torch.split, y, sizes, last)
+            for i, out in enumerate(outs):
+                if out is None:  # a section of an earlier group that nothing reads
+                    continue
+                g = call(graph, operator.getitem, parts, i)
+                for k in ("stack_trace", "nn_module_stack"):
+                    if k in out.meta:
+                        g.meta[k] = out.meta[k]
+                out.replace_all_uses_with(g)
+        for out in outs:
+            if out is not None:
+                graph.erase_node(out)
+        for n, split, p in old:
+            graph.erase_node(split)
+            graph.erase_node(n)
+            for packed in (p.w, p.b):
+                if packed is not None and not packed.users:
+                    graph.erase_node(packed)
         for p in ops[1:]:
             if p.x is not o.x:
                 _erase_unused(graph, p.x)
+
+
+def _earlier_group(n: Node, p: LinearOperands, wdim: int, bdim: int | None, last: int):
+    """If ``n`` is a group :meth:`BatchLinearLHS.fuse` wrote (its weight and bias are
+    ``cat`` nodes only it reads, its only user a ``split`` along the last dim whose
+    sections are the parts' out-features, read only through getitems): (split, weights,
+    biases, sections, the getitem reading each section or None). Else None."""
+    if len(n.users) != 1:
+        return None
+    (split,) = n.users
+    if not (is_call(split, {torch.split}, set()) and len(split.args) == 3 and not split.kwargs
+            and split.args[2] in (last, -1) and isinstance(split.args[1], (list, tuple))):
+        return None
+
+    def parts(x, dim):
+        if not (isinstance(x, Node) and is_call(x, {torch.cat}, set()) and len(x.users) == 1 and len(x.args) == 2
+                and not x.kwargs and x.args[1] == dim and isinstance(x.args[0], (list, tuple))):
+            return None
+        return list(x.args[0])
+
+    ws = parts(p.w, wdim)
+    bs = [None] * len(ws) if ws is not None and p.b is None else parts(p.b, bdim)
+    sizes = list(split.args[1])
+    if ws is None or bs is None or len(ws) != len(sizes) or len(bs) != len(sizes):
+        return None
+    if [meta.shape(w)[wdim] for w in ws] != sizes:
+        return None
+    outs: list[Node | None] = [None] * len(sizes)
+    for u in split.users:
+        if not (u.target is operator.getitem and isinstance(u.args[1], int) and outs[u.args[1]] is None):
+            return None
+        outs[u.args[1]] = u
+    return split, ws, bs, sizes, outs
 
 
 # --------------------------------------------------------------------- layer norm

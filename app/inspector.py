@@ -1,0 +1,86 @@
+"""Node inspector: find a node of the step on screen by name, op or target and read what
+the trace knows about it (:func:`optimus.nodeinfo.node_info`). Inputs and users are
+buttons that select that node; the selection stays across steps while the node exists."""
+from __future__ import annotations
+
+from typing import MutableMapping
+
+import streamlit as st
+
+from optimus.trace import Trace, arg_text
+
+PICK, QUERY, SIDE = "inspect_pick", "inspect_query", "inspect_side"
+MAX_CHOICES = 500
+
+
+def select(state: MutableMapping, name: str) -> None:
+    """Select node ``name`` (a callback of the input / user buttons)."""
+    state["inspect_node"] = name
+    state[PICK] = name
+    state[QUERY] = ""
+
+
+def choices(snap, query: str, current: str | None) -> list[str]:
+    """Node names offered: those matching ``query``, or with no query every node (the
+    current selection included when it is in this graph), at most ``MAX_CHOICES``."""
+    from optimus.nodeinfo import find_nodes
+
+    if query:
+        return find_nodes(snap, query, MAX_CHOICES)
+    names = list(snap.nodes)[:MAX_CHOICES]
+    if current in snap.nodes and current not in names:
+        names.insert(0, current)
+    return names
+
+
+def inspector(state: MutableMapping, trace: Trace, cur: int) -> None:
+    """The inspector panel for step ``cur`` (its before or after graph)."""
+    from optimus.nodeinfo import node_info
+
+    with st.expander("Inspect a node", key="inspector_panel"):
+        c = st.columns([1, 2, 3], vertical_alignment="bottom")
+        side = c[0].radio("Graph", ("before", "after"), index=1, key=SIDE, horizontal=True)
+        k = cur - 1 if side == "before" else cur
+        snap = trace.graph_at(k)
+        query = c[1].text_input("Find by name, op or target", key=QUERY, placeholder="layer_norm, getitem, …")
+        current = state.get("inspect_node")
+        names = choices(snap, query.strip(), current)
+        if not names:
+            st.caption(f"No node of the graph {side} step {cur} matches {query!r}.")
+            return
+        if state.get(PICK) not in names:
+            state[PICK] = current if current in names else names[0]
+        name = c[2].selectbox("Node", names, key=PICK)
+        state["inspect_node"] = name
+        info = node_info(trace, name, k)
+        _show(state, info, side, cur)
+
+
+def _show(state: MutableMapping, info, side: str, cur: int) -> None:
+    r = info.record
+    args = ", ".join([arg_text(a) for a in r.args] + [f"{k}={arg_text(v)}" for k, v in r.kwargs.items()])
+    st.markdown(f"**`{r.name}`** = `{r.op}` `{r.target}`({args}) — graph {side} step {cur}")
+    left, right = st.columns([3, 2])
+    rows = [("shape", r.shape), ("stride", r.stride), ("dtype", r.dtype),
+            ("module", f"{r.module} ({r.module_type})" if r.module else None), ("source", r.source)]
+    left.markdown("\n".join(["| | |", "|---|---|"] + [f"| **{k}** | `{v}` |" for k, v in rows if v is not None]))
+    with right:
+        st.markdown("**Inputs**" if info.inputs else "**Inputs**: none")
+        for n, shape in info.inputs:
+            st.button(f"{n}  {shape}", key=f"inspect_in:{n}", on_click=select, args=(state, n))
+        st.markdown("**Users**" if info.users else "**Users**: none")
+        for n in info.users:
+            st.button(n, key=f"inspect_user:{n}", on_click=select, args=(state, n))
+    if info.code:
+        line = int(r.source.split(":", 2)[1])
+        st.code("\n".join(f"{'>' if no == line else ' '}{no:5d}  {text}" for no, text in info.code),
+                language="python")
+        st.caption(info.source_file)
+    st.markdown("**Provenance**")
+    lines = [] if any(e.kind == "created" for e in info.events) else ["in the captured graph"]
+    lines += [e.text() for e in info.events]
+    if info.alive_at_end:
+        lines.append("alive in the final graph")
+    elif info.becomes:
+        lines.append(f"its value ends in {', '.join(info.becomes)}")
+    st.markdown("\n".join(f"- {t}" for t in lines))

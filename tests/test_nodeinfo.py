@@ -1,0 +1,63 @@
+"""The node inspector's data (optimus/nodeinfo.py, `optimus inspect`): a node's op, args, metas, module,
+source with code around it, and its provenance across every step of a trace."""
+import pytest
+
+from optimus.cli import main
+from optimus.nodeinfo import NodeNotFound, find_nodes, lifetime, node_info, node_info_text
+from optimus.run import optimize
+
+
+@pytest.fixture(scope="module")
+def towers():
+    return optimize("sample:recsys_towers", verify="off").trace
+
+
+def test_a_fused_node_shows_its_metas_source_and_where_it_went(towers):
+    fuse = next(s for s in towers.steps if s.pattern == "batch_layernorm")
+    info = node_info(towers, "layer_norm_3")
+    assert info.step == fuse.index - 1                     # the last graph that holds it
+    r = info.record
+    assert (r.op, r.target, r.shape, r.stride, r.dtype) == ("call_function", "torch.nn.functional.layer_norm",
+                                                            [32, 32], [32, 1], "float32")
+    assert (r.module, r.module_type) == ("towers.3.norm", "LayerNorm")
+    assert [n for n, _ in info.inputs][0] == "relu_7" and info.inputs[0][1] == [32, 32]
+    assert info.users == ["h"]
+    assert info.source_file.endswith("sample_models/demo.py")
+    marked = [text for no, text in info.code if no == int(r.source.split(":")[1])]
+    assert marked and "self.norm(" in marked[0] and len(info.code) == 7
+    (erased,) = [e for e in info.events if e.kind == "erased"]
+    assert erased.step == fuse.index and erased.nodes == [fuse.replaced["layer_norm_3"]]
+    assert erased.nodes[0] in fuse.created and not info.alive_at_end
+    text = node_info_text(info)
+    assert "in the captured graph" in text and f"erased at step {fuse.index} (batch_layernorm" in text
+
+
+def test_a_created_node_names_the_step_and_sites_it_came_from(towers):
+    fuse = next(s for s in towers.steps if s.pattern == "batch_layernorm")
+    (name,) = [n for n in fuse.created if towers.after(fuse.index).nodes[n].target.endswith("layer_norm")]
+    info = node_info(towers, name)
+    assert info.step == len(towers.steps) and info.alive_at_end
+    assert info.events[0].kind == "created" and info.events[0].step == fuse.index
+    assert info.events[0].nodes == fuse.sites
+    assert lifetime(towers, name) == (fuse.index, len(towers.steps))
+
+
+def test_a_node_outside_the_requested_graph_or_the_trace_is_a_clear_error(towers):
+    fuse = next(s for s in towers.steps if s.pattern == "batch_layernorm")
+    with pytest.raises(NodeNotFound, match=rf"exists after steps 0..{fuse.index - 1}"):
+        node_info(towers, "layer_norm_3", step=fuse.index)
+    assert node_info(towers, "layer_norm_3", step=0).step == 0
+    with pytest.raises(NodeNotFound, match="did you mean layer_norm"):
+        node_info(towers, "layer_nor")
+    assert find_nodes(towers.initial_graph, "layer_norm")[:2] == ["layer_norm", "layer_norm_1"]
+
+
+def test_inspect_cli_prints_the_node_and_exits_2_for_an_unknown_one(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    assert main(["run", "sample:teach_batch_relu", "--trace", str(trace)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(trace), "y1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("y1 = call_") and "provenance:" in out and "erased at step" in out
+    assert main(["inspect", str(trace), "nope"]) == 2
+    assert "no node 'nope'" in capsys.readouterr().err

@@ -1,0 +1,42 @@
+"""The per-step estimate (kernels saved, bytes copied) and the option that skips unprofitable fusions."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from optimus.engine import Engine, Pass, Pipeline, RunOptions
+from optimus.capture import capture
+from optimus.passes import REGISTRY
+from optimus.pattern import SearchOptions
+from optimus.profit import BYTES_PER_US, KERNEL_US, pass_estimates, step_estimate
+
+
+class FiveRelus(nn.Module):
+    def forward(self, a, b, c, d, e):
+        return [F.relu(x) + 1 for x in (a, b, c, d, e)]
+
+
+def _run(shape, profitable_only: bool):
+    inputs = tuple(torch.randn(shape) for _ in range(5))
+    c = capture(FiveRelus(), inputs)
+    opts = SearchOptions(profitable_only=profitable_only)
+    pipe = Pipeline([Pass("batch_relu", [REGISTRY["batch_relu"]], options=opts)])
+    return Engine(c.gm, c.example_inputs, pipe, RunOptions(verify="end")).run()
+
+
+def test_a_batch_relu_step_saves_n_minus_2_kernels_and_copies_one_stack():
+    trace = _run((2, 4), profitable_only=False)
+    (step,) = trace.steps
+    e = step_estimate(trace, 1)
+    assert e.kernels_saved == 5 - 2  # five relus -> stack + relu (unbind and getitems are views)
+    assert e.bytes_copied == 5 * 2 * 4 * 4  # the stack's output, fp32
+    assert e.us == 3 * KERNEL_US - 160 / BYTES_PER_US and e.profitable
+    assert pass_estimates(trace)["batch_relu"].kernels_saved == 3
+
+
+def test_profitable_only_fuses_small_members_and_skips_members_whose_stack_costs_more():
+    assert len(_run((2, 4), profitable_only=True).steps) == 1
+    big = _run((512, 512), profitable_only=True)  # a 5 MiB stack per call for 3 launches saved
+    assert big.steps == [] and big.final_verify.ok
+    assert len(_run((512, 512), profitable_only=False).steps) == 1

@@ -1,0 +1,130 @@
+"""``optimus why`` answers from a dry run of the engine: what it says is what the run does."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import sample_models
+from optimus.capture import capture
+from optimus.cli import main
+from optimus.engine import Engine, RunOptions, copy_graph_module
+from optimus.passes import default_pipeline
+from optimus.why import DryRun, WhyError
+from tests.test_search_global import LinearBehindLinear
+
+
+@functools.lru_cache(maxsize=None)
+def _captured(name: str):
+    model, inputs = sample_models.get(name)
+    return capture(model, inputs)
+
+
+def _run_steps(gm, pipeline):
+    return Engine(copy_graph_module(gm), (), pipeline, RunOptions(verify="off", record=False)).run().steps
+
+
+def _assert_agrees(dry: DryRun, steps, step: int = 1) -> int:
+    """Every verdict of every node of the dry run's graph against ``steps`` of a separate
+    run; returns how many verdicts say "applies"."""
+    applied = 0
+    for n in list(dry.before.graph.nodes):
+        for v in dry.explain(n.name).verdicts:
+            first = next((s.index for s in steps[step - 1:] if s.pattern == v.pattern and n.name in s.sites), None)
+            assert v.applies == (first is not None), (n.name, v)
+            assert v.step == first, (n.name, v)
+            assert v.text and "raised" not in v.text, (n.name, v)
+            applied += v.applies
+    return applied
+
+
+@pytest.mark.parametrize("name", sample_models.names())
+def test_why_says_for_every_node_of_every_sample_what_the_run_does(name):
+    gm = _captured(name).gm
+    pipe = default_pipeline()
+    steps = _run_steps(gm, pipe)
+    applied = _assert_agrees(DryRun(gm, pipe), steps)
+    assert applied >= sum(len(s.sites) for s in steps if s.pattern.startswith("batch_"))
+
+
+@pytest.mark.parametrize("name", ["recsys_towers", "twin_towers", "mmoe"])
+def test_why_at_a_later_step_explains_the_nodes_earlier_steps_created(name):
+    gm = _captured(name).gm
+    pipe = default_pipeline()
+    steps = _run_steps(gm, pipe)
+    for k in (2, len(steps) // 2 + 1, len(steps) + 1):
+        dry = DryRun(gm, pipe, step=k)
+        created = {c for s in steps[:k - 1] for c in s.created}
+        assert created & {n.name for n in dry.before.graph.nodes}
+        _assert_agrees(dry, steps, step=k)
+
+
+def test_why_names_the_step_that_creates_a_node_missing_before_it():
+    gm = _captured("recsys_towers").gm
+    steps = _run_steps(gm, default_pipeline())
+    made = steps[-1].created[0]
+    with pytest.raises(WhyError, match=f"step {steps[-1].index}.*creates it"):
+        DryRun(gm, default_pipeline(), step=1).node(made)
+    with pytest.raises(WhyError, match="outside"):
+        DryRun(gm, default_pipeline(), step=len(steps) + 2)
+
+
+def test_why_under_upstreams_search_gives_its_bounded_walk_as_the_reason():
+    torch.manual_seed(0)
+    gm = capture(LinearBehindLinear().eval(), (torch.randn(4, 8),)).gm
+    a1 = next(n for n in gm.graph.nodes if "linear" in str(n.target))
+    glob = DryRun(gm, default_pipeline()).explain(a1.name, ["batch_linear_lhs"]).verdicts[0]
+    assert glob.applies and glob.step == 1
+    up = DryRun(gm, default_pipeline(search="upstream")).explain(a1.name, ["batch_linear_lhs"]).verdicts[0]
+    assert not up.applies and "bounded search" in up.text and "2 nodes share its group key" in up.text
+
+
+def test_why_a_member_of_a_chain_names_the_members_it_depends_on_or_feeds():
+    from optimus.engine import Pass, Pipeline
+    from optimus.pattern import REGISTRY, SearchOptions
+    from tests.test_search import towers
+
+    gm = towers(1, 4)  # one tower: linear -> relu -> linear -> ...
+    pipe = Pipeline([Pass("l", [REGISTRY["batch_linear"]], options=SearchOptions(min_fuse_set_size=2))])
+    lin = [n.name for n in gm.graph.nodes if "linear" in str(n.target)]
+    (v,) = DryRun(gm, pipe).explain(lin[1]).verdicts
+    assert not v.applies
+    assert v.text.startswith("4 nodes share its group key but at most 1 of them are mutually independent")
+    assert all(name in v.text for name in (lin[0], lin[2], lin[3]))
+
+
+def test_cli_why_with_step_and_pattern(capsys):
+    steps = _run_steps(_captured("recsys_towers").gm, default_pipeline())
+    k = next(s.index for s in steps if s.pattern == "remove_unbind_stack")
+    stack = next(s.sites[-1] for s in steps if s.pattern == "remove_unbind_stack")
+    assert main(["why", "sample:recsys_towers", stack, "--step", str(k), "--pattern", "remove_unbind_stack"]) == 0
+    out = capsys.readouterr().out
+    assert f"before step {k}" in out and f"rewrites at step {k}" in out
+    assert main(["why", "sample:recsys_towers", stack, "--step", "1"]) == 2
+    assert "creates it" in capsys.readouterr().err
+    assert main(["why", "sample:recsys_towers", "linear", "--pattern", "no_such_pattern"]) == 2
+    assert main(["why", "sample:recsys_towers", "linear", "--step", "999"]) == 2
+
+
+def test_optimus_passes_whose_reader_has_left_stops_quietly(monkeypatch):
+    """``optimus passes | head``: once head exits, writes raise BrokenPipeError."""
+    import os
+
+    fd = os.open(os.devnull, os.O_WRONLY)
+
+    class ClosedPipe:
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            return fd
+
+    monkeypatch.setattr("sys.stdout", ClosedPipe())
+    try:
+        assert main(["passes"]) == 0
+    finally:
+        os.close(fd)
