@@ -72,7 +72,7 @@ def page() -> None:
                "reported and changes nothing here.")
     controls(state)
     errs = lab_runner.syntax_errors(state["lab_source"])
-    left, right = st.columns([1, 1])
+    left, right = st.columns([6, 5])
     with left:
         state["lab_source"] = _editor(state["lab_source"], errs)
         errs = lab_runner.syntax_errors(state["lab_source"])
@@ -135,11 +135,14 @@ def preview_panel(r) -> None:
         st.warning(f"**{m.pattern}** does not match at `{m.node}`: {m.reason}")
         marks = viz.Marks(groups={n: 0 for n in m.partial or [m.node]},
                           group_labels=[f"best partial match of {m.pattern}"])
-    view = viz.graph_view(snap, marks, title=f"{r.trace.model}: {len(snap)} nodes")
+    view = viz.graph_view(snap, marks, title="", legend_in_graph=False)
     try:
-        st.html(viz.responsive_svg(viz.render_svg(view)))
+        out = viz.render_view(view)
     except viz.RenderError as e:
         st.error(str(e))
+        return
+    notes = view.notes + ([out.note] if out.note else [])
+    st.iframe(viz.panes_html([("", out.svg)], view.focus, view.legend, notes), height=520)
 
 
 def apply_panel(state, r) -> None:
@@ -149,9 +152,14 @@ def apply_panel(state, r) -> None:
              "verify": "—" if s.verify is None else ("ok" if s.verify.ok else "FAILED")} for s in t.steps]
     if rows:
         st.dataframe(rows, hide_index=True)
-    if t.steps and st.button("Open in the step viewer", key="lab_open"):
-        from app.state import set_trace
+    if t.steps:
+        st.button("Open in the step viewer", key="lab_open", on_click=open_in_viewer, args=(state, t))
 
-        set_trace(state, t, state["lab_spec"], f"Pattern Lab: {state['lab_name']}.py on {state['lab_spec']}")
-        state["page"] = "viewer"
-        st.rerun()
+
+def open_in_viewer(state, trace) -> None:
+    """Button callback: show ``trace`` in the step viewer page (runs before the page is drawn,
+    so the page selector can still be set)."""
+    from app.state import set_trace
+
+    set_trace(state, trace, state["lab_spec"], f"Pattern Lab: {state['lab_name']}.py on {state['lab_spec']}")
+    state["page_choice"] = "Step viewer"

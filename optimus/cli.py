@@ -201,16 +201,19 @@ def cmd_why(a) -> int:
     from optimus.engine import PatternError
     from optimus.passes import default_pipeline
     from optimus.run import ModelSpecError, load_model
+    from optimus.patternfile import PatternFileError, load_pattern_file, pipeline_with
     from optimus.why import DryRun, WhyError
 
     try:
         model, inputs, _ = load_model(a.model)
         gm = capture(model, inputs, method=a.capture, graph_index=a.graph).gm
         pipe = default_pipeline(search=a.search)
+        if a.pattern_file:
+            pipe = pipeline_with(load_pattern_file(a.pattern_file), base=pipe)
         if a.passes:
             pipe = pipe.only(_passes_arg(a.passes))
         report = DryRun(gm, pipe, a.step).explain(a.node, _passes_arg(a.pattern))
-    except (ModelSpecError, CaptureError, WhyError, KeyError, ValueError) as e:
+    except (ModelSpecError, CaptureError, WhyError, PatternFileError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return EXIT_INPUT
     except PatternError as e:
@@ -558,6 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--step", type=int, default=None,
                    help="explain the node in the graph before step N of the run (default: the captured graph)")
     y.add_argument("--pattern", help="comma-separated pattern names to answer for (default: every pattern)")
+    y.add_argument("--pattern-file", help="also answer for this pattern file's patterns (run as a last pass)")
     y.add_argument("--passes", help="comma-separated pass names to enable (default: all)")
     y.add_argument("--search", choices=["global", "upstream"], default=None,
                    help="batch fusions' search (default: global; upstream: PyTorch's bounded search)")

@@ -76,7 +76,7 @@ def test_apply_records_verified_steps_and_opens_them_in_the_step_viewer():
     r = at.session_state["lab_result"]
     assert r.ok and all(s.verify.ok for s in r.trace.steps)
     _press(at, "lab_open")
-    assert at.session_state["trace"] is r.trace and at.session_state["page"] == "viewer"
+    assert at.session_state["trace"] is r.trace and at.session_state["page_choice"] == "Step viewer"
 
 
 @pytest.mark.parametrize("kind", list(__import__("app.lab", fromlist=["STARTERS"]).STARTERS))
@@ -87,3 +87,18 @@ def test_every_starter_loads_and_matches_on_its_sample(kind):
     r = lab_runner.preview(spec, starter(kind), "starter", time_limit_s=120)
     assert r.ok, r.error
     assert len(r.preview.matches) >= 1
+
+
+def test_the_app_switches_to_the_lab_and_back_to_the_viewer_with_the_applied_trace():
+    at = AppTest.from_file("../app/main.py", default_timeout=240)
+    at.run()
+    at.session_state["page_choice"] = "Pattern Lab"
+    at.run()
+    assert not at.exception
+    assert any("Pattern Lab" in h.value for h in at.subheader)
+    at.session_state["lab_time_limit"] = 120.0
+    _press(at, "lab_apply")
+    _press(at, "lab_open")
+    assert not at.exception
+    assert at.session_state["page_choice"] == "Step viewer"
+    assert "swish_mlp" in "\n".join(m.value for m in at.markdown)
