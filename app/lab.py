@@ -153,13 +153,30 @@ def apply_panel(state, r) -> None:
     if rows:
         st.dataframe(rows, hide_index=True)
     if t.steps:
-        st.button("Open in the step viewer", key="lab_open", on_click=open_in_viewer, args=(state, t))
+        c1, c2 = st.columns(2)
+        c1.button("Open in the step viewer", key="lab_open", on_click=open_in_viewer, args=(state, t))
+        if c2.button("Time it (baseline vs this pass)", key="lab_time"):
+            with st.spinner("Timing in a separate process (one thread, interleaved rounds)…"):
+                state["lab_bench"] = lab_runner.bench(state["lab_spec"], state["lab_source"], state["lab_name"])
+        b = state.get("lab_bench")
+        if b is not None and not b.ok:
+            st.error(f"**{b.error[0]}**\n\n{b.error[1]}")
+        elif b is not None:
+            data = b.extra["bench"]
+            st.dataframe([{"stage": x["name"], "median ms": round(x["latency_ms_median"], 3),
+                           "p10..p90 ms": f"{x['latency_ms_p10']:.3f}..{x['latency_ms_p90']:.3f}",
+                           "speedup": f"{x['speedup_vs_baseline']:.2f}x", "peak bytes": x["peak_bytes"]}
+                          for x in data["stages"]], hide_index=True)
+            st.caption(f"{data.get('device', 'cpu')}, {data.get('method', '')}; ratios from one run, stages "
+                       "interleaved")
 
 
 def open_in_viewer(state, trace) -> None:
     """Button callback: show ``trace`` in the step viewer page (runs before the page is drawn,
-    so the page selector can still be set)."""
+    so the page selector can still be set). The viewer cannot re-run or time a user pattern
+    (that would run its code in the app's process), so the trace is shown as a file is:
+    time it here with "Time it"."""
     from app.state import set_trace
 
-    set_trace(state, trace, state["lab_spec"], f"Pattern Lab: {state['lab_name']}.py on {state['lab_spec']}")
+    set_trace(state, trace, None, f"Pattern Lab: {state['lab_name']}.py on {state['lab_spec']}")
     state["page_choice"] = "Step viewer"

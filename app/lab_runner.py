@@ -131,3 +131,21 @@ def apply(spec: str, source: str, name: str = "my_pattern", verify: str = "step"
         return LabResult(False, ("Verification failed", f"the rewritten graph differs from the original at step(s) "
                                  f"{failed}"), trace=trace, log=log, seconds=secs, exit_code=code)
     return LabResult(False, _failure(code, log, time_limit_s, "Apply"), log=log, seconds=secs, exit_code=code)
+
+
+def bench(spec: str, source: str, name: str = "my_pattern", repeats: int = 30,
+          time_limit_s: float = 3 * TIME_LIMIT_S) -> LabResult:
+    """Time the captured graph against the graph after the source's pass (``optimus bench
+    --pattern-file ... --passes NAME``, one thread), in the child process; the stages'
+    JSON is in ``extra["bench"]`` (see :meth:`optimus.bench.BenchResult.to_json`)."""
+    stem = _file_name(name)
+    code, log, outs, secs, _ = _run(["bench", spec, "--pattern-file", "{file}", "--passes", stem, "--threads", "1",
+                                     "--repeats", str(repeats), "--no-reference", "--json", "{out_bench}"],
+                                    source, name, time_limit_s, ("out_bench",))
+    if code != 0:
+        return LabResult(False, _failure(code, log, time_limit_s, "Timing"), log=log, seconds=secs, exit_code=code)
+    try:
+        data = json.loads(Path(outs["out_bench"]).read_text())
+    except (OSError, ValueError) as e:
+        return LabResult(False, ("Timing output unreadable", str(e)), log=log, seconds=secs, exit_code=code)
+    return LabResult(True, log=log, seconds=secs, exit_code=code, extra={"bench": data})

@@ -147,6 +147,7 @@ def cmd_bench(a) -> int:
     from optimus.bench import bench_pipeline
     from optimus.capture import CaptureError
     from optimus.engine import PatternError
+    from optimus.patternfile import PatternFileError, load_pattern_file, pipeline_with
     from optimus.run import ModelSpecError
 
     if a.repeats < 1 or a.warmup < 0 or (a.threads is not None and a.threads < 1):
@@ -164,11 +165,12 @@ def cmd_bench(a) -> int:
             print(f"\r{done}/{total} {label[:60]:60s}", end="" if done < total else "\n", file=sys.stderr)
 
     try:
+        pipeline = pipeline_with(load_pattern_file(a.pattern_file)) if a.pattern_file else None
         r = bench_pipeline(a.model, passes=_passes_arg(a.passes), repeats=a.repeats, warmup=a.warmup,
                            compile=a.compile, device=a.device, mode=a.mode, alone=a.alone,
                            against_upstream=a.against_upstream, reference=not a.no_reference, threads=a.threads,
-                           graph_index=getattr(a, "graph", None), progress=progress, final_only=a.final_only)
-    except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
+                           graph_index=getattr(a, "graph", None), progress=progress, final_only=a.final_only, pipeline=pipeline)
+    except (ModelSpecError, CaptureError, PatternFileError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return EXIT_INPUT
     except PatternError as e:
@@ -548,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, default=None, help="torch CPU threads for the run (default: as is)")
     b.add_argument("--progress", action="store_true", help="show progress on stderr")
     b.add_argument("--json", help="write the result as JSON here")
+    b.add_argument("--pattern-file", help="add a pattern file's patterns as a last pass (see run --pattern-file)")
     b.add_argument("--graph", type=int, default=None,
                    help="with graph breaks: which graph to time (0-based; default: the one with the most nodes)")
     b.set_defaults(fn=cmd_bench)

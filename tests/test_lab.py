@@ -75,6 +75,9 @@ def test_apply_records_verified_steps_and_opens_them_in_the_step_viewer():
     assert "**3 step(s)**, 23 → 20 nodes" in _texts(at)
     r = at.session_state["lab_result"]
     assert r.ok and all(s.verify.ok for s in r.trace.steps)
+    _press(at, "lab_time")
+    rows = at.dataframe[-1].value
+    assert list(rows["stage"])[:2] == ["baseline", "swish"]
     _press(at, "lab_open")
     assert at.session_state["trace"] is r.trace and at.session_state["page_choice"] == "Step viewer"
 
