@@ -155,7 +155,7 @@ def apply_panel(state, r) -> None:
     if t.steps:
         c1, c2 = st.columns(2)
         c1.button("Open in the step viewer", key="lab_open", on_click=open_in_viewer, args=(state, t))
-        if c2.button("Time it (baseline vs this pass)", key="lab_time"):
+        if c2.button("Time it", key="lab_time"):
             with st.spinner("Timing in a separate process (one thread, interleaved rounds)…"):
                 state["lab_bench"] = lab_runner.bench(state["lab_spec"], state["lab_source"], state["lab_name"])
         b = state.get("lab_bench")
