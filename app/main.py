@@ -414,4 +414,22 @@ def main() -> None:
     downloads(trace)
 
 
-main()
+PAGES = ("Step viewer", "Pattern Lab")
+
+
+def page() -> None:
+    """The page chosen at the top of the sidebar: the step viewer (default) or the Pattern Lab."""
+    choice = st.sidebar.segmented_control("Page", PAGES, default=PAGES[0], key="page_choice",
+                                          label_visibility="collapsed")
+    if choice == "Pattern Lab":
+        from app import lab
+
+        with st.sidebar:
+            st.title("Optimus Lens")
+            st.caption("Pattern Lab: write a pattern, preview its matches, apply it as a pass.")
+        lab.page()
+    else:
+        main()
+
+
+page()

@@ -422,13 +422,14 @@ def _trainable(inputs: tuple, n_user: int) -> tuple:
 def build_stages(spec, passes: list[str] | None = None, mode: str = "inference", alone: bool = False,
                  against_upstream: bool = False, reference: bool = True, inputs: tuple | None = None,
                  capture_method: str = "dynamo", graph_index: int | None = None,
-                 final_only: bool = False) -> tuple[list[Stage], dict]:
+                 final_only: bool = False, pipeline=None) -> tuple[list[Stage], dict]:
     """Capture ``spec`` (a model spec, see :func:`optimus.run.load_model`, or an nn.Module
     with ``inputs``) in ``mode``, run the pipeline keeping the graph after each pass, and
     return the stages to time plus facts for the result (``unchanged``,
     ``upstream_options``, ``bytes_packed``). See the module doc for the stages; with
     ``final_only`` the per-pass stages are left out but the last (the whole pipeline).
-    Raises ModelSpecError, CaptureError, KeyError (unknown pass), ValueError (mode)."""
+    ``pipeline`` replaces the default pipeline (e.g. with a pattern file's pass added by
+    :func:`optimus.patternfile.pipeline_with`). Raises ModelSpecError, CaptureError, KeyError (unknown pass), ValueError (mode)."""
     from optimus.capture import capture
     from optimus.engine import Engine, RunOptions, copy_graph_module
     from optimus.passes import default_pipeline
@@ -447,7 +448,7 @@ def build_stages(spec, passes: list[str] | None = None, mode: str = "inference",
     for p in model.parameters():
         p.requires_grad_(True)
     res = optimize(model, tuple(inputs), passes=passes, verify="off", record=False, keep_stages=True,
-                   capture_method=capture_method, graph_index=graph_index)
+                   capture_method=capture_method, graph_index=graph_index, pipeline=pipeline)
     ins = res.captured.example_inputs
     per_pass: dict[str, int] = {}
     for s in res.trace.steps:
@@ -495,7 +496,7 @@ def bench_pipeline(spec, passes: list[str] | None = None, repeats: int = 20, war
                    capture_method: str = "dynamo", graph_index: int | None = None,
                    progress: Callable[[int, int, str], None] | None = None, mode: str = "inference",
                    alone: bool = False, against_upstream: bool = False, reference: bool = True,
-                   threads: int | None = None, final_only: bool = False) -> BenchResult:
+                   threads: int | None = None, final_only: bool = False, pipeline=None) -> BenchResult:
     """Build the stages (:func:`build_stages`) and time them (:func:`measure`): what
     ``optimus bench`` and the app's timing panel run. ``threads`` sets
     ``torch.set_num_threads`` for the run (restored after). ``capture_method`` and
@@ -507,7 +508,7 @@ def bench_pipeline(spec, passes: list[str] | None = None, repeats: int = 20, war
         torch.set_num_threads(threads)
     try:
         stages, facts = build_stages(spec, passes, mode, alone, against_upstream, reference, inputs,
-                                     capture_method, graph_index, final_only)
+                                     capture_method, graph_index, final_only, pipeline)
         out = measure(stages, repeats, warmup, device, compile, mode, progress)
     finally:
         torch.set_num_threads(old)

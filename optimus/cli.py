@@ -66,14 +66,18 @@ def cmd_run(a) -> int:
     from optimus.capture import CaptureError
     from optimus.engine import PatternError
     from optimus.passes import default_pipeline
+    from optimus.patternfile import PatternFileError, load_pattern_file, pipeline_with
     from optimus.run import ModelSpecError, optimize
 
     try:
-        res = optimize(a.model, passes=_passes_arg(a.passes), skip=_passes_arg(a.skip), verify=a.verify,
-                       grads=a.grads, capture_method=a.capture, graph_index=a.graph,
-                       pipeline=default_pipeline(search=a.search, profitable_only=a.profitable_only),
+        pipeline = default_pipeline(search=a.search, profitable_only=a.profitable_only)
+        passes = _passes_arg(a.passes)
+        if a.pattern_file:
+            pipeline, passes = pipeline_with(load_pattern_file(a.pattern_file), passes, base=pipeline), None
+        res = optimize(a.model, passes=passes, skip=_passes_arg(a.skip), verify=a.verify,
+                       grads=a.grads, capture_method=a.capture, graph_index=a.graph, pipeline=pipeline,
                        on_capture=lambda c: print(c.summary(), file=sys.stderr))
-    except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
+    except (ModelSpecError, CaptureError, PatternFileError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return EXIT_INPUT
     except PatternError as e:
@@ -143,6 +147,7 @@ def cmd_bench(a) -> int:
     from optimus.bench import bench_pipeline
     from optimus.capture import CaptureError
     from optimus.engine import PatternError
+    from optimus.patternfile import PatternFileError, load_pattern_file, pipeline_with
     from optimus.run import ModelSpecError
 
     if a.repeats < 1 or a.warmup < 0 or (a.threads is not None and a.threads < 1):
@@ -160,11 +165,12 @@ def cmd_bench(a) -> int:
             print(f"\r{done}/{total} {label[:60]:60s}", end="" if done < total else "\n", file=sys.stderr)
 
     try:
+        pipeline = pipeline_with(load_pattern_file(a.pattern_file)) if a.pattern_file else None
         r = bench_pipeline(a.model, passes=_passes_arg(a.passes), repeats=a.repeats, warmup=a.warmup,
                            compile=a.compile, device=a.device, mode=a.mode, alone=a.alone,
                            against_upstream=a.against_upstream, reference=not a.no_reference, threads=a.threads,
-                           graph_index=getattr(a, "graph", None), progress=progress, final_only=a.final_only)
-    except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
+                           graph_index=getattr(a, "graph", None), progress=progress, final_only=a.final_only, pipeline=pipeline)
+    except (ModelSpecError, CaptureError, PatternFileError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return EXIT_INPUT
     except PatternError as e:
@@ -197,16 +203,19 @@ def cmd_why(a) -> int:
     from optimus.engine import PatternError
     from optimus.passes import default_pipeline
     from optimus.run import ModelSpecError, load_model
+    from optimus.patternfile import PatternFileError, load_pattern_file, pipeline_with
     from optimus.why import DryRun, WhyError
 
     try:
         model, inputs, _ = load_model(a.model)
         gm = capture(model, inputs, method=a.capture, graph_index=a.graph).gm
         pipe = default_pipeline(search=a.search)
+        if a.pattern_file:
+            pipe = pipeline_with(load_pattern_file(a.pattern_file), base=pipe)
         if a.passes:
             pipe = pipe.only(_passes_arg(a.passes))
         report = DryRun(gm, pipe, a.step).explain(a.node, _passes_arg(a.pattern))
-    except (ModelSpecError, CaptureError, WhyError, KeyError, ValueError) as e:
+    except (ModelSpecError, CaptureError, WhyError, PatternFileError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return EXIT_INPUT
     except PatternError as e:
@@ -414,16 +423,65 @@ def cmd_inspect(a) -> int:
     return 0
 
 
-def cmd_app(a) -> int:
+def app_command(port: int = 8501, host: str = "127.0.0.1", headless: bool = False) -> list[str]:
+    """The command line that starts the Streamlit app on ``host``:``port``.
+
+    The app runs user code (the Python-factory box, pattern files), so it listens on the
+    loopback address unless another ``host`` is asked for explicitly."""
     app = Path(__file__).resolve().parent.parent / "app" / "main.py"
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+           "--server.address", host, "--browser.gatherUsageStats", "false"]
+    if headless:
+        cmd += ["--server.headless", "true"]
+    return cmd
+
+
+def cmd_match(a) -> int:
+    from optimus.capture import CaptureError, capture
+    from optimus.patternfile import PatternFileError, PatternPreviewError, load_pattern_file, preview
+    from optimus.run import ModelSpecError, load_model
+
+    try:
+        pf = load_pattern_file(a.pattern_file)
+        model, inputs, _ = load_model(a.model)
+        gm = capture(model, inputs, method=a.capture, graph_index=a.graph).gm
+    except (ModelSpecError, CaptureError, PatternFileError) as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        found = preview(gm, pf.patterns)
+    except PatternPreviewError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_PATTERN
+    for p in pf.patterns:
+        mine = [m for m in found.matches if m.pattern == p.name]
+        near = [m for m in found.near_misses if m.pattern == p.name]
+        print(f"{p.name}  ({p.source}): {len(mine)} match(es), {len(near)} near miss(es)")
+        for m in mine:
+            print(f"  match at {m.anchor}: {', '.join(m.sites)}")
+        for m in near[: a.misses]:
+            print(f"  no match at {m.node}: {m.reason}")
+        if len(near) > a.misses:
+            print(f"  ... {len(near) - a.misses} more near misses (--misses N shows more)")
+    print(f"\n{len(found.matches)} match(es) in {len(gm.graph.nodes)} nodes; the graph is unchanged")
+    if a.json:
+        Path(a.json).write_text(json.dumps(found.to_json(), indent=1))
+    if a.trace:
+        from optimus.record import snapshot_graph
+        from optimus.trace import Trace
+
+        Trace(model=a.model, initial_graph=snapshot_graph(gm.graph)).save(a.trace)
+    return 0
+
+
+def cmd_app(a) -> int:
     env = dict(os.environ)
     if a.model:
         env["OPTIMUS_LENS_MODEL"] = a.model
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(a.port),
-           "--browser.gatherUsageStats", "false"]
-    if a.headless:
-        cmd += ["--server.headless", "true"]
-    return subprocess.call(cmd, env=env)
+    if a.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"optimus: warning: the app listens on {a.host}:{a.port}; anyone who can reach it can run Python "
+              "code on this machine (model factories, pattern files)", file=sys.stderr)
+    return subprocess.call(app_command(a.port, a.host, a.headless), env=env)
 
 
 def cmd_report(a) -> int:
@@ -456,9 +514,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip fusions whose estimated effect per call is a slowdown (optimus.profit)")
     r.add_argument("--estimate", action="store_true",
                    help="print each pass's estimated effect per call (kernels saved, bytes copied)")
+    r.add_argument("--pattern-file", help="a pattern file (pattern/replacement functions or PATTERNS): its patterns "
+                   "run as one extra pass, named after the file, after the default pipeline (alone with --passes NAME)")
     r.set_defaults(fn=cmd_run)
     m = sub.add_parser("samples", help="list the sample models (MODEL sample:NAME)")
     m.set_defaults(fn=cmd_samples)
+    m = sub.add_parser("match", help="preview where a pattern file's patterns match a model's graph, changing nothing")
+    m.add_argument("model", help="sample:NAME or package.module:factory")
+    m.add_argument("--pattern-file", required=True, help="the pattern file (see docs/pattern-lab.md)")
+    m.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
+    m.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    m.add_argument("--misses", type=int, default=10, help="near misses to print per pattern (default: 10)")
+    m.add_argument("--json", help="write the matches and near misses as JSON here")
+    m.add_argument("--trace", help="write the graph the patterns were matched on as a trace with no steps")
+    m.set_defaults(fn=cmd_match)
     p = sub.add_parser("passes", help="list the patterns with description, preconditions and source")
     p.set_defaults(fn=cmd_passes)
     b = sub.add_parser("bench", help="time and size the graph after each pass, side by side in one run "
@@ -481,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, default=None, help="torch CPU threads for the run (default: as is)")
     b.add_argument("--progress", action="store_true", help="show progress on stderr")
     b.add_argument("--json", help="write the result as JSON here")
+    b.add_argument("--pattern-file", help="add a pattern file's patterns as a last pass (see run --pattern-file)")
     b.add_argument("--graph", type=int, default=None,
                    help="with graph breaks: which graph to time (0-based; default: the one with the most nodes)")
     b.set_defaults(fn=cmd_bench)
@@ -494,6 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--step", type=int, default=None,
                    help="explain the node in the graph before step N of the run (default: the captured graph)")
     y.add_argument("--pattern", help="comma-separated pattern names to answer for (default: every pattern)")
+    y.add_argument("--pattern-file", help="also answer for this pattern file's patterns (run as a last pass)")
     y.add_argument("--passes", help="comma-separated pass names to enable (default: all)")
     y.add_argument("--search", choices=["global", "upstream"], default=None,
                    help="batch fusions' search (default: global; upstream: PyTorch's bounded search)")
@@ -560,6 +631,8 @@ def build_parser() -> argparse.ArgumentParser:
     ins.set_defaults(fn=cmd_inspect)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)
+    w.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default: 127.0.0.1, this machine only; the app runs user code)")
     w.add_argument("--model", help="sample model selected first, e.g. sample:bert (default sample:recsys_towers)")
     w.add_argument("--headless", action="store_true")
     w.set_defaults(fn=cmd_app)

@@ -2,10 +2,13 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from optimus.cli import main
 from optimus.pattern import all_patterns
 from optimus.trace import Trace
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_run_prints_the_step_table_and_writes_a_trace_that_loads(tmp_path, capsys):
@@ -69,3 +72,42 @@ def test_why_says_which_patterns_apply_at_a_node_and_why_the_others_do_not(capsy
         in capsys.readouterr().out
     assert main(["why", "sample:teach_batch_relu", "nope"]) == 2
     assert "no node 'nope'" in capsys.readouterr().err
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """Local addresses with a socket in LISTEN state on ``port``, from /proc/net/tcp{,6}."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            addr, p = local.split(":")
+            if state == "0A" and int(p, 16) == port:
+                out.add(addr)
+    return out
+
+
+def test_app_listens_on_the_loopback_address_only_by_default(tmp_path):
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "optimus", "app", "--headless", "--port", str(port)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not _listening_addresses(port):
+            time.sleep(0.5)
+        addrs = _listening_addresses(port)
+        assert addrs == {"0100007F"}, f"listening on {addrs} (hex, /proc/net/tcp form), not only 127.0.0.1"
+    finally:  # the streamlit server is a child of `optimus app`: stop the whole process group
+        import os
+        import signal
+
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)

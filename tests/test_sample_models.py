@@ -211,6 +211,7 @@ def test_registry_contents_and_order():
         "twin_towers",
         "deepfm",
         "industrial_recsys",
+        "swish_mlp",
     ]
     assert names() == expected
     assert list(REGISTRY) == names()

@@ -1,0 +1,126 @@
+"""optimus.lang: the declarative match language — bindings, argument binding across spellings,
+repeated captures, pieces of a split, predicates, and the near-miss reasons it gives."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from optimus.capture import capture
+from optimus.lang import ANY, Const, Each, Op, Pieces, Var, bind, match, require
+from optimus.passes.common import CAT, LINEAR, SPLIT
+from optimus.pattern import Miss
+
+SPLIT_CAT = Op(CAT, Pieces(Op(SPLIT, Var("x"), dim=Var("d")), name="pieces"), dim=Var("d"), name="cat")
+
+
+class SplitCat(nn.Module):
+    def __init__(self, cat_dim=1, take=None, reorder=False):
+        super().__init__()
+        self.cat_dim, self.take, self.reorder = cat_dim, take, reorder
+
+    def forward(self, x):
+        parts = list(torch.split(x, 2, dim=1))
+        if self.reorder:
+            parts = parts[::-1]
+        if self.take:
+            parts = parts[: self.take]
+        return torch.cat(parts, self.cat_dim) + 1
+
+
+def _node(gm, target):
+    return next(n for n in gm.graph.nodes if n.op == "call_function" and n.target is target)
+
+
+def _gm(model, *inputs):
+    torch._dynamo.reset()
+    return capture(model, inputs).gm
+
+
+def test_split_cat_identity_binds_the_split_input_the_dim_and_every_piece():
+    gm = _gm(SplitCat(), torch.randn(3, 6))
+    b = match(SPLIT_CAT, _node(gm, torch.cat))
+    assert not isinstance(b, Miss), b
+    assert b["x"].op == "placeholder" and b["d"] == 1 and b["cat"].target is torch.cat
+    assert [p.args[1] for p in b["pieces"]] == [0, 1, 2]
+
+
+def test_a_capture_used_twice_must_bind_the_same_value_and_the_miss_says_where():
+    gm = _gm(SplitCat(cat_dim=0), torch.randn(3, 6))
+    miss = match(SPLIT_CAT, _node(gm, torch.cat))
+    assert isinstance(miss, Miss)
+    assert miss.startswith("cat.dim") and "d is 0 here but 1 before" in miss
+
+
+def test_pieces_out_of_order_or_partial_name_the_failed_condition():
+    gm = _gm(SplitCat(reorder=True), torch.randn(3, 6))
+    assert "not taken in order" in match(SPLIT_CAT, _node(gm, torch.cat))
+    gm = _gm(SplitCat(take=2), torch.randn(3, 6))
+    assert "2 of split's 3 pieces are taken" in match(SPLIT_CAT, _node(gm, torch.cat))
+
+
+def test_wrong_root_op_names_the_node_and_what_was_expected():
+    gm = _gm(SplitCat(), torch.randn(3, 6))
+    add = next(n for n in gm.graph.nodes if n.name.startswith("add"))
+    miss = match(SPLIT_CAT, add)
+    assert isinstance(miss, Miss) and add.name in miss and "cat" in miss
+
+
+def test_arguments_bind_by_name_whether_given_by_position_or_keyword_with_defaults():
+    class M(nn.Module):
+        def forward(self, x):
+            return torch.cat([x, x], 1), torch.cat([x, x], dim=1), torch.cat([x, x])
+
+    gm = _gm(M(), torch.randn(2, 3))
+    cats = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.cat]
+    assert [bind(c)["dim"] for c in cats] == [1, 1, 0]
+    assert all(isinstance(match(Op(CAT, dim=1), c), dict) for c in cats[:2])
+    assert "dim: is 0, not 1" in match(Op(CAT, dim=1), cats[2])
+
+
+def test_method_calls_bind_like_the_torch_function_of_the_same_name():
+    class M(nn.Module):
+        def forward(self, x):
+            a, b = x.split(2, dim=1)
+            return a * b
+
+    gm = _gm(M(), torch.randn(2, 4))
+    split = next(n for n in gm.graph.nodes if n.op == "call_method")
+    b = match(Op(SPLIT, Var("x"), Var("size"), dim=Var("d")), split)
+    assert b["size"] == 2 and b["d"] == 1
+
+
+def test_each_and_predicates_give_their_reason():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 3)
+
+        def forward(self, x):
+            return torch.cat([self.a(x), self.b(x)], dim=1)
+
+    gm = _gm(M(), torch.randn(2, 4))
+    cat = _node(gm, torch.cat)
+    assert isinstance(match(Op(CAT, Each(Op(LINEAR, "x", ANY, ANY))), cat), dict)
+    same_width = require(lambda b: len({t.meta["example_value"].shape[-1] for t in b["ts"]}) == 1,
+                         "the linears have different widths")
+    miss = match(Op(CAT, Var("ts", Each(Op(LINEAR))), where=[same_width]), cat)
+    assert miss == "cat: the linears have different widths"
+
+
+def test_const_and_non_node_values():
+    class M(nn.Module):
+        def forward(self, x):
+            return torch.cat([x, x], dim=-1)
+
+    gm = _gm(M(), torch.randn(2, 3))
+    cat = _node(gm, torch.cat)
+    assert isinstance(match(Op(CAT, ANY, Const(-1)), cat), dict)
+    assert "is -1, not 1" in match(Op(CAT, ANY, Const(1)), cat)
+    assert "cat.tensors: l_x_ is not a getitem" in match(Op(CAT, Pieces(ANY)), cat)
+    assert "cat.tensors[0]: l_x_ is placeholder" in match(Op(CAT, Each(Op(SPLIT))), cat)
+    assert "cat.dim: is -1, not a node" in match(Op(CAT, dim=Op(SPLIT)), cat)
+
+
+def test_anchors_are_the_root_targets():
+    assert torch.cat in SPLIT_CAT.anchors and "split" not in SPLIT_CAT.anchors
+    assert "split" in Op(SPLIT).anchors
