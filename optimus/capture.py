@@ -42,10 +42,12 @@ class Captured:
     breaks: list[str] = field(default_factory=list)
     method: str = "dynamo"
     seconds: float = 0.0
+    dynamic: bool = False
 
     def info(self) -> dict:
         """Plain-data summary stored in the Trace (``trace.capture``)."""
-        return {"method": self.method, "graphs": len(self.graphs), "graph_index": self.graph_index,
+        return {"method": self.method, "dynamic": self.dynamic, "graphs": len(self.graphs),
+                "graph_index": self.graph_index,
                 "graph_nodes": [len(g.graph.nodes) for g, _ in self.graphs], "breaks": self.breaks,
                 "seconds": round(self.seconds, 3), "torch": torch.__version__}
 
@@ -61,8 +63,12 @@ class Captured:
 
 
 def capture(model: torch.nn.Module, example_inputs: tuple, method: str = "dynamo",
-            graph_index: int | None = None) -> Captured:
+            graph_index: int | None = None, dynamic: bool = False) -> Captured:
     """Capture ``model`` on ``example_inputs``.
+
+    ``dynamic`` (Dynamo only): capture with dynamic shapes (``torch.compile(dynamic=True)``):
+    sizes become SymInts (``s0``, ...) in every ``example_value``, with SymInt placeholders
+    for the sizes the graph reads, so the graph holds for other input shapes.
 
     With graph breaks, ``graph_index`` picks the graph (default: the one with the most
     nodes). Raises CaptureError with the tracer's message when the model cannot be
@@ -76,7 +82,7 @@ def capture(model: torch.nn.Module, example_inputs: tuple, method: str = "dynamo
     if method == "symbolic":
         graphs, breaks = [_symbolic(model, example_inputs)], []
     else:
-        graphs, breaks = _dynamo(model, example_inputs)
+        graphs, breaks = _dynamo(model, example_inputs, dynamic)
     if not graphs:
         raise CaptureError("Dynamo produced no graph: the model has no tensor operations to capture")
     if graph_index is None:
@@ -84,22 +90,22 @@ def capture(model: torch.nn.Module, example_inputs: tuple, method: str = "dynamo
     if not 0 <= graph_index < len(graphs):
         raise ValueError(f"graph_index {graph_index} is outside 0..{len(graphs) - 1}")
     gm, ex = graphs[graph_index]
-    return Captured(gm, ex, graphs, graph_index, breaks, method, time.perf_counter() - t0)
+    return Captured(gm, ex, graphs, graph_index, breaks, method, time.perf_counter() - t0, dynamic)
 
 
-def _dynamo(model, inputs) -> tuple[list, list[str]]:
+def _dynamo(model, inputs, dynamic: bool = False) -> tuple[list, list[str]]:
     import torch._dynamo
 
     graphs: list[tuple[GraphModule, tuple]] = []
 
     def backend(gm: GraphModule, ex):
-        graphs.append((gm, tuple(ex)))
+        graphs.append((gm, tuple(_concrete(e) for e in ex)))
         return gm.forward
 
     torch._dynamo.reset()
     try:
         with torch.no_grad():
-            torch.compile(model, backend=backend, dynamic=False)(*inputs)
+            torch.compile(model, backend=backend, dynamic=dynamic)(*inputs)
     except Exception as e:  # noqa: BLE001 - turned into a specific, explained error
         raise CaptureError(f"Dynamo could not capture {type(model).__name__}: {type(e).__name__}: "
                            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
@@ -109,6 +115,15 @@ def _dynamo(model, inputs) -> tuple[list, list[str]]:
     if len(graphs) > 1:
         breaks = _break_reasons(model, inputs) or [f"{len(graphs) - 1} break(s); Dynamo gave no reason"]
     return graphs, breaks
+
+
+def _concrete(x):
+    """A SymInt example input (dynamic shapes hand the backend the size symbols) as the
+    int it stands for in this call; anything else as it is."""
+    if isinstance(x, (torch.SymInt, torch.SymFloat)):
+        hint = x.node.hint
+        return type(hint)(hint) if hint is not None else x
+    return x
 
 
 def _break_reasons(model, inputs) -> list[str]:

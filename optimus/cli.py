@@ -43,7 +43,8 @@ def steps_table(trace) -> str:
     rows = [head, "-" * len(head)]
     for s in trace.steps:
         rows.append(f"{s.index:4d}  {s.pass_name:{wp}s} {s.pattern:{wq}s} {len(s.sites):5d} {len(s.created):7d} "
-                    f"{len(s.erased):6d}  {_fmt_verify(s.verify):15s} {(s.match_s + s.rewrite_s) * 1e3:7.2f}")
+                    f"{len(s.erased):6d}  {'rolled back' if s.error else _fmt_verify(s.verify):15s} "
+                    f"{(s.match_s + s.rewrite_s) * 1e3:7.2f}")
     return "\n".join(rows)
 
 
@@ -59,7 +60,8 @@ def cmd_run(a) -> int:
     try:
         res = optimize(a.model, passes=_passes_arg(a.passes), verify=a.verify, grads=a.grads,
                        capture_method=a.capture, graph_index=a.graph,
-                       on_capture=lambda c: print(c.summary(), file=sys.stderr))
+                       on_capture=lambda c: print(c.summary(), file=sys.stderr),
+                       dynamic=a.dynamic, on_error=a.on_error)
     except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return EXIT_INPUT
@@ -76,9 +78,13 @@ def cmd_run(a) -> int:
         n = t.save(a.trace)
         print(f"trace written to {a.trace} ({n:,} bytes)")
     failed = t.failed_steps() or ([] if not t.final_verify or t.final_verify.ok is not False else [None])
+    for s in t.steps:
+        if s.error:
+            print(f"optimus: step {s.index} ({s.pattern} at {', '.join(s.sites[:4])}) was rolled back: "
+                  f"{s.error['kind']}: {s.error['type']}: {s.error['message']} [{s.error['source']}]", file=sys.stderr)
     if failed:
         which = ", ".join(str(s.index) for s in failed if s is not None) or "the final graph"
-        print(f"optimus: verification failed at step(s) {which}", file=sys.stderr)
+        print(f"optimus: verification failed or rolled back at step(s) {which}", file=sys.stderr)
         return EXIT_VERIFY
     return 0
 
@@ -191,6 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--trace", help="write the trace JSON here")
     r.add_argument("--capture", choices=["dynamo", "symbolic"], default="dynamo")
     r.add_argument("--graph", type=int, default=None, help="with graph breaks: which graph (0-based)")
+    r.add_argument("--dynamic", action="store_true",
+                   help="capture with dynamic shapes (Dynamo); verification also runs a second input shape")
+    r.add_argument("--on-error", choices=["skip", "stop"], default="skip", dest="on_error",
+                   help="a step that raises or leaves the graph invalid is rolled back; then go on without "
+                   "that pattern at that site (default) or stop")
     r.set_defaults(fn=cmd_run)
     p = sub.add_parser("passes", help="list the patterns with description, preconditions and source")
     p.set_defaults(fn=cmd_passes)

@@ -12,7 +12,8 @@ JSON layout (``format_version`` 1)::
      "capture": {...}, "initial_graph": {"nodes": [NodeRecord...]},
      "steps": [{"index", "pass", "pattern", "sites", "created", "erased", "replaced",
                 "delta": {"upsert": [NodeRecord...], "remove": [name...]},
-                "match_s", "rewrite_s", "nodes_after", "verify": {...} | null}]}
+                "match_s", "rewrite_s", "nodes_after", "verify": {...} | null,
+                "error": {...} (only on a rolled-back step)}]}
 
 A NodeRecord is written as ``{"name", "op", "target", "args", "kwargs", "inputs",
 "shape", "dtype", "module", "module_type", "source"}`` less the fields at their default
@@ -225,7 +226,9 @@ class VerifyResult:
 
     ``ok`` is None when nothing was checked. ``max_abs_err``/``max_rel_err`` are over
     all outputs (and gradients when ``checked`` says so); ``checked`` names what was
-    compared: "outputs", "outputs+grads", "lint", or "not-checkable" with the reason
+    compared: "outputs", "outputs+grads", "lint", "layout" (same values, other output
+    strides), "second-shape" (a graph with symbolic sizes failed on inputs of another
+    shape; "outputs+second-shape" when it passed), or "not-checkable" with the reason
     in ``message``.
     """
 
@@ -240,7 +243,13 @@ class VerifyResult:
 class Step:
     """One applied match: pass and pattern, the matched site nodes, the nodes created
     and erased, old->new replacement map (provenance), seconds spent matching and
-    rewriting, the delta it made, and its verification result."""
+    rewriting, the delta it made, and its verification result.
+
+    A step whose pattern raised or left the graph invalid is rolled back and kept with
+    an empty delta and ``error``: ``{"kind": "raised" | "invalid" | "layout" |
+    "direct-mutation" | "symbolic-size", "type": exception class, "message", "source": "path:line" of the
+    pattern code that raised (or the pattern's class)}``. Traces written before this
+    field existed load with ``error`` None."""
 
     index: int
     pass_name: str
@@ -254,15 +263,24 @@ class Step:
     rewrite_s: float
     nodes_after: int
     verify: VerifyResult | None = None
+    error: dict | None = None
+
+    @property
+    def failed(self) -> bool:
+        """True when the step was rolled back (``error`` says why) or failed verification."""
+        return self.error is not None or (self.verify is not None and self.verify.ok is False)
 
     def to_json(self) -> dict:
-        return {
+        d = {
             "index": self.index, "pass": self.pass_name, "pattern": self.pattern,
             "sites": self.sites, "created": self.created, "erased": self.erased,
             "replaced": self.replaced, "delta": self.delta.to_json(),
             "match_s": self.match_s, "rewrite_s": self.rewrite_s, "nodes_after": self.nodes_after,
             "verify": asdict(self.verify) if self.verify is not None else None,
         }
+        if self.error is not None:
+            d["error"] = self.error
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "Step":
@@ -272,6 +290,7 @@ class Step:
             delta=Delta.from_json(d["delta"]), match_s=d["match_s"], rewrite_s=d["rewrite_s"],
             nodes_after=d["nodes_after"],
             verify=VerifyResult(**d["verify"]) if d.get("verify") is not None else None,
+            error=d.get("error"),
         )
 
 
@@ -345,7 +364,8 @@ class Trace:
         return [s for s in self.steps if s.pass_name == pass_name]
 
     def failed_steps(self) -> list[Step]:
-        return [s for s in self.steps if s.verify is not None and s.verify.ok is False]
+        """Steps that failed verification or were rolled back (:attr:`Step.failed`)."""
+        return [s for s in self.steps if s.failed]
 
     # ---- JSON
     def to_json(self) -> dict:

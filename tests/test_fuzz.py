@@ -2,13 +2,15 @@
 
 Models come from sample_models.random_models: parallel branches of linear / layer norm /
 pointwise ops over pieces of a split, joined by cat / stack / unbind plumbing, in fp32,
-bf16 and fp16. CI runs a bounded number of examples; benchmarks/fuzz.py runs thousands.
+bf16 and fp16, with transposed or sliced inputs, view / as_strided consumers of the
+fused and cleaned-up values, and dynamic-shape captures; a step fails on other output
+strides and on a rollback too. CI runs a bounded number of examples; benchmarks/fuzz.py runs thousands.
 """
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
 from optimus.run import optimize
-from sample_models.random_models import JOINS, OPS, RandomSpec, build, dtype_supported
+from sample_models.random_models import CONSUMERS, INPUT_LAYOUTS, JOINS, OPS, RandomSpec, build, dtype_supported
 
 DTYPES = [d for d in ("float32", "bfloat16", "float16") if dtype_supported(d)]
 
@@ -26,15 +28,19 @@ def specs(draw):
         else:
             widths.append(draw(st.sampled_from([3, 4, 8, 16])))
             chains.append(draw(st.lists(st.sampled_from(OPS), min_size=1, max_size=4)))
-    return RandomSpec(widths, chains, draw(st.sampled_from(JOINS)), draw(st.sampled_from([1, -1])),
+    spec = RandomSpec(widths, chains, draw(st.sampled_from(JOINS)), draw(st.sampled_from([1, -1])),
                       draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from(DTYPES)), draw(st.integers(0, 2**16)))
+    spec.input_layout = draw(st.sampled_from(INPUT_LAYOUTS))
+    spec.consumer = draw(st.sampled_from(CONSUMERS))
+    spec.dynamic = draw(st.integers(0, 6)) == 0
+    return spec
 
 
 def check_spec(spec: RandomSpec) -> None:
     model, inputs = build(spec)
-    trace = optimize(model, inputs, verify="step", grads=spec.dtype == "float32").trace
+    trace = optimize(model, inputs, verify="step", grads=spec.dtype == "float32", dynamic=spec.dynamic).trace
     failed = trace.failed_steps()
-    assert not failed, [(s.index, s.pattern, s.verify.message, s.verify.max_abs_err) for s in failed]
+    assert not failed, [(s.index, s.pattern, s.error or (s.verify.message, s.verify.max_abs_err)) for s in failed]
     assert trace.final_verify.ok, trace.final_verify
 
 

@@ -33,10 +33,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.fx import Graph, Node
+from torch.fx import Node
 
 from optimus import meta
 from optimus.pattern import BatchPattern, Miss, SearchOptions, register
+from optimus.rewriter import Rewriter
 from optimus.passes.common import (LAYER_NORM, LINEAR, RELU, REQUIRED, SIGMOID, TANH, bind_args, call, is_call,
                                    is_written, replace_with_getitems, tensor_key, writes_inputs)
 
@@ -168,29 +169,31 @@ class BatchLinear(BatchPattern):
         o = linear_operands(node)
         if isinstance(o, Miss):
             return o
+        if not all(type(d) is int for d in meta.shape(o.x)):
+            return Miss("input has symbolic sizes (dynamic shapes): the batched matmul is built for static ones")
         return mutation_miss(node) or ("batch_linear", o.form, tensor_key(o.x), tensor_key(o.w), tensor_key(o.b))
 
-    def fuse(self, graph: Graph, nodes: list[Node]) -> None:
+    def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         ops = [linear_operands(n) for n in nodes]
         o = ops[0]
         xshape, n = meta.shape(o.x), len(nodes)
-        with graph.inserting_before(nodes[0]):
-            x = call(graph, torch.stack, [p.x for p in ops])
+        with rw.inserting_before(nodes[0]):
+            x = call(rw, torch.stack, [p.x for p in ops])
             if len(xshape) != 2:
-                x = call(graph, torch.reshape, x, (n, -1, xshape[-1]))
-            w = call(graph, torch.stack, [p.w for p in ops])
+                x = call(rw, torch.reshape, x, (n, -1, xshape[-1]))
+            w = call(rw, torch.stack, [p.w for p in ops])
             if o.weight_is_nk:
-                w = call(graph, torch.transpose, w, 1, 2)
+                w = call(rw, torch.transpose, w, 1, 2)
             if o.b is not None:
-                b = call(graph, torch.stack, [p.b for p in ops])
+                b = call(rw, torch.stack, [p.b for p in ops])
                 if len(meta.shape(o.b)) == 1:
-                    b = call(graph, torch.unsqueeze, b, 1)
-                y = call(graph, torch.baddbmm, b, x, w)
+                    b = call(rw, torch.unsqueeze, b, 1)
+                y = call(rw, torch.baddbmm, b, x, w)
             else:
-                y = call(graph, torch.bmm, x, w)
+                y = call(rw, torch.bmm, x, w)
             if len(xshape) != 2:
-                y = call(graph, torch.reshape, y, (n, *xshape[:-1], o.out_features))
-            replace_with_getitems(graph, nodes, call(graph, torch.unbind, y))
+                y = call(rw, torch.reshape, y, (n, *xshape[:-1], o.out_features))
+            replace_with_getitems(rw, nodes, call(rw, torch.unbind, y))
 
 
 RESHAPES = ({torch.reshape}, {"view", "reshape"})
@@ -209,11 +212,11 @@ def value_id(x: Node) -> Any:
     return ("reshape", value_id(x.args[0]), sizes)
 
 
-def _erase_unused(graph: Graph, node: Node) -> None:
+def _erase_unused(rw: Rewriter, node: Node) -> None:
     """Erase ``node`` and then its reshape/view sources while they have no users left."""
     while is_call(node, *RESHAPES) and not node.users:
         src = node.args[0]
-        graph.erase_node(node)
+        rw.erase(node)
         node = src
 
 
@@ -265,24 +268,24 @@ class BatchLinearLHS(BatchPattern):
         return mutation_miss(node) or ("batch_linear_lhs", o.form, value_id(o.x), o.in_features, wt.dtype,
                                        str(wt.device), bias)
 
-    def fuse(self, graph: Graph, nodes: list[Node]) -> None:
+    def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         ops = [linear_operands(n) for n in nodes]
         o = ops[0]
         last = len(meta.shape(nodes[0])) - 1
-        with graph.inserting_before(nodes[0]):
-            w = call(graph, torch.cat, [p.w for p in ops], 0 if o.weight_is_nk else 1)
-            b = None if o.b is None else call(graph, torch.cat, [p.b for p in ops], len(meta.shape(o.b)) - 1)
+        with rw.inserting_before(nodes[0]):
+            w = call(rw, torch.cat, [p.w for p in ops], 0 if o.weight_is_nk else 1)
+            b = None if o.b is None else call(rw, torch.cat, [p.b for p in ops], len(meta.shape(o.b)) - 1)
             if o.form == "linear":
-                y = call(graph, F.linear, o.x, w, b)
+                y = call(rw, F.linear, o.x, w, b)
             elif o.form == "addmm":
-                y = call(graph, torch.addmm, b, o.x, w)
+                y = call(rw, torch.addmm, b, o.x, w)
             else:
-                y = call(graph, torch.matmul, o.x, w)
-            parts = call(graph, torch.split, y, [p.out_features for p in ops], last)
-            replace_with_getitems(graph, nodes, parts)
+                y = call(rw, torch.matmul, o.x, w)
+            parts = call(rw, torch.split, y, [p.out_features for p in ops], last)
+            replace_with_getitems(rw, nodes, parts)
         for p in ops[1:]:
             if p.x is not o.x:
-                _erase_unused(graph, p.x)
+                _erase_unused(rw, p.x)
 
 
 # --------------------------------------------------------------------- layer norm
@@ -334,18 +337,18 @@ class BatchLayerNorm(BatchPattern):
         return mutation_miss(node) or ("batch_layernorm", tensor_key(x), tuple(ns), tensor_key(w), tensor_key(b),
                                        float(eps))
 
-    def fuse(self, graph: Graph, nodes: list[Node]) -> None:
+    def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         args = [bind_args(n, LAYER_NORM_ARGS) for n in nodes]
         a0 = args[0]
         ns = tuple(a0["normalized_shape"])
         s = len(meta.shape(a0["input"])) - len(ns)
-        with graph.inserting_before(nodes[0]):
-            z = call(graph, F.layer_norm, call(graph, torch.stack, [a["input"] for a in args], s), ns, eps=a0["eps"])
+        with rw.inserting_before(nodes[0]):
+            z = call(rw, F.layer_norm, call(rw, torch.stack, [a["input"] for a in args], s), ns, eps=a0["eps"])
             if a0["weight"] is not None:
-                z = call(graph, torch.mul, z, call(graph, torch.stack, [a["weight"] for a in args]))
+                z = call(rw, torch.mul, z, call(rw, torch.stack, [a["weight"] for a in args]))
             if a0["bias"] is not None:
-                z = call(graph, torch.add, z, call(graph, torch.stack, [a["bias"] for a in args]))
-            replace_with_getitems(graph, nodes, call(graph, torch.unbind, z, s))
+                z = call(rw, torch.add, z, call(rw, torch.stack, [a["bias"] for a in args]))
+            replace_with_getitems(rw, nodes, call(rw, torch.unbind, z, s))
 
 
 # ------------------------------------------------------------------ unary ops
@@ -395,12 +398,12 @@ class BatchUnary(BatchPattern):
             return miss
         return (self.name, tensor_key(x), meta.tensor(node).dtype, tuple(a.items()))
 
-    def fuse(self, graph: Graph, nodes: list[Node]) -> None:
+    def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         a = self.bound(nodes[0])
         kwargs = {k: a[k] for k, default in self.params if a[k] != default or type(a[k]) is not type(default)}
-        with graph.inserting_before(nodes[0]):
-            x = call(graph, torch.stack, [self.bound(n)["input"] for n in nodes])
-            replace_with_getitems(graph, nodes, call(graph, torch.unbind, call(graph, self.canonical, x, **kwargs)))
+        with rw.inserting_before(nodes[0]):
+            x = call(rw, torch.stack, [self.bound(n)["input"] for n in nodes])
+            replace_with_getitems(rw, nodes, call(rw, torch.unbind, call(rw, self.canonical, x, **kwargs)))
 
 
 def _not_inplace(args: dict) -> Miss | None:
