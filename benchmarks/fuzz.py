@@ -27,6 +27,8 @@ def main() -> int:
     ap.add_argument("--examples", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-failures", type=int, default=20)
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="stop drawing models after this many seconds (the summary is still printed)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     dtypes = [d for d in ("float32", "bfloat16", "float16") if dtype_supported(d)]
@@ -52,6 +54,8 @@ def main() -> int:
             print(f"{i + 1} models, {sum(per_pattern.values())} steps, {len(failures)} failures, "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
         if len(failures) >= a.max_failures:
+            break
+        if a.seconds is not None and time.perf_counter() - t0 > a.seconds:
             break
     print(f"\nmodels tried: {i + 1} (seed {a.seed}, dtypes {', '.join(dtypes)}) in {time.perf_counter() - t0:.0f} s")
     print(f"steps applied: {sum(per_pattern.values())}")

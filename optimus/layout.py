@@ -159,46 +159,73 @@ def _simulate(user: Node, stands: tuple[Node, ...], value: torch.Tensor) -> Any:
     return fn(*args, **kwargs)
 
 
-def _broken(stands: tuple[Node, ...], old_v: Any, new_v: Any, users: list[Node],
-            depth: int) -> tuple[Node, str] | None:
+def _same_static_strides(a: Any, b: Any) -> bool:
+    """Equal strides, all plain ints (no symbolic comparison, which would add a guard)."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and a.layout == torch.strided and b.layout == torch.strided):
+        return False
+    sa, sb = a.stride(), b.stride()
+    return len(sa) == len(sb) and all(type(x) is int and type(y) is int and x == y for x, y in zip(sa, sb))
+
+
+def _broken(stands: tuple[Node, ...], old_v: Any, new_v: Any, users: list[Node], depth: int,
+            updates: list[tuple[Node, Any]]) -> tuple[Node, str] | None:
+    """The first use (with its reason) that sees ``new_v``'s layout where it saw
+    ``old_v``'s; else None, with ``updates`` extended by the ``(node, value)`` of every
+    node whose example value changes strides on the way (so metadata stays true)."""
+    if _same_static_strides(old_v, new_v):
+        return None  # the common case, decided without converting sizes
     if _lay(old_v) is None or _lay(new_v) is None or _lay(old_v) == _lay(new_v):
         return None
     for u in users:
         r = direct_reason(u, stands)
         if r is not None:
             return u, r
-        if depth <= 0 or u.op not in ("call_function", "call_method") or _fresh(u):
+        if u.op not in ("call_function", "call_method") or _fresh(u):
             continue
         try:
             u_new = _simulate(u, stands, new_v)
         except Exception as e:  # noqa: BLE001 - the op rejects the new layout
             return u, f"{u.name} raises on the new layout ({type(e).__name__})"
         u_old = meta.value(u)
+        if u_new is None or u_old is None:
+            continue
+        if depth <= 0:
+            return u, f"the new layout reaches {u.name}, further than {PROPAGATE_DEPTH} ops"
         if isinstance(u_old, (list, tuple)) and isinstance(u_new, (list, tuple)):
             for g in u.users:
                 i = g.args[1] if g.op == "call_function" and g.target is operator.getitem else None
                 if type(i) is int and -len(u_old) <= i < len(u_old):
-                    sub = _broken((g,), u_old[i], u_new[i], list(g.users), depth - 1)
+                    sub = _broken((g,), u_old[i], u_new[i], list(g.users), depth - 1, updates)
                     if sub is not None:
                         return u, f"{u.name} -> {g.name} -> {sub[0].name}: {sub[1]}"
+                    if not _same_static_strides(u_old[i], u_new[i]):
+                        updates.append((g, u_new[i]))
+            updates.append((u, u_new))
             continue
-        sub = _broken((u,), u_old, u_new, list(u.users), depth - 1)
+        sub = _broken((u,), u_old, u_new, list(u.users), depth - 1, updates)
         if sub is not None:
             return u, f"{u.name} -> {sub[0].name}: {sub[1]}" if sub[0] is not u else sub[1]
+        if not _same_static_strides(u_old, u_new):
+            updates.append((u, u_new))
     return None
 
 
-def broken_use(old: Node, new: Node, users: list[Node], depth: int = PROPAGATE_DEPTH) -> tuple[Node, str] | None:
+def broken_use(old: Node, new: Node, users: list[Node], depth: int = PROPAGATE_DEPTH,
+               updates: list | None = None) -> tuple[Node, str] | None:
     """The first of ``users`` (uses of ``old``, moved or about to move to ``new``) that
     would see a different layout, with the reason; or None.
 
     A use in the table (:func:`direct_reason`) sees it whenever the strides differ. Any
     other use (not a fresh-output op) is re-run on FakeTensors with ``new``'s value, and
-    its own uses checked the same way with its old and new results, ``depth`` hops deep:
-    a pointwise op keeps its input's stride order but not its gaps, a ``reshape`` copies
-    what it cannot view, so only a layout that reaches a use in the table counts. The
-    reason names the path, e.g. ``"add_1 -> view_2: view needs ..."``."""
-    return _broken((old, new), meta.tensor(old), meta.tensor(new), users, depth)
+    its own uses checked the same way with its old and new results, ``depth`` hops deep
+    (a change that reaches further counts as seen): a pointwise op keeps its input's
+    stride order but not its gaps, a ``reshape`` copies what it cannot view, so only a
+    layout that reaches a use in the table counts. The reason names the path, e.g.
+    ``"add_1 -> view_2: view needs ..."``. ``updates``, if given, receives the
+    ``(node, new example value)`` of every downstream node whose strides change, for the
+    caller to store when it makes the replacement."""
+    return _broken((old, new), meta.tensor(old), meta.tensor(new), users, depth, [] if updates is None else updates)
 
 
 def is_dense(node: Any) -> bool:
@@ -251,6 +278,28 @@ def replace_miss(old: Node, new: Node):
         return None
     bad = broken_use(old, new, list(old.users))
     return Miss(mismatch_message(old, new, *bad)) if bad else None
+
+
+def fresh_output_miss(node: Node):
+    """For a fusion, which hands each member a piece of one fresh result instead of its
+    own output: a :class:`optimus.pattern.Miss` when the member's value is not dense (an
+    alias with gaps, e.g. ``detach`` of a split piece), so no copy can give its layout
+    back, and a use sees that layout (:func:`broken_use` against a contiguous value);
+    else None."""
+    from contextlib import nullcontext
+
+    from optimus.pattern import Miss
+
+    t = meta.tensor(node)
+    if t is None or is_dense(node) or t.layout != torch.strided:
+        return None
+    with getattr(t, "fake_mode", None) or nullcontext():
+        fresh = torch.empty_like(t, memory_format=torch.contiguous_format)
+    bad = _broken((node,), t, fresh, list(node.users), PROPAGATE_DEPTH, [])
+    if bad is None:
+        return None
+    return Miss(f"{bad[0].name} needs the layout of {node.name} ({layout_text(node)}; {bad[1]}), "
+                f"which a fused result cannot give back")
 
 
 def mismatch_message(old: Node, new: Node, user: Node, reason: str) -> str:

@@ -108,15 +108,18 @@ class Rewriter:
         not become a constant."""
         args = tuple(args)
         kwargs = dict(kwargs or {})
-        sym = next((v for v in torch.utils._pytree.tree_iter((args, kwargs))
-                    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool))), None)
+        inputs: list[Node] = []
+        sym = _scan((args, kwargs), inputs)
         if sym is not None:
             raise SymbolicSize(f"the rewrite would write the symbolic size {sym} into a {target_text(target)} "
                                f"node as a constant (the graph would hold for the example's shape only)")
-        for i in _nodes_in((args, kwargs)):
+        for i in inputs:
             self._save_users(i)
-        with self._direct():
+        self._inside += 1
+        try:
             n = self.graph.create_node(op, target, args, kwargs, name)
+        finally:
+            self._inside -= 1
         self._journal.append(("create", n))
         self.created.append(n)
         self.changed[n] = None
@@ -132,6 +135,7 @@ class Rewriter:
 
     def replace_all_uses(self, old: Node, new: Node, keep_layout: bool = True) -> Node:
         """Point every user of ``old`` at ``new`` (``old`` itself stays; erase it after).
+        Downstream nodes whose strides change with it get their ``example_value`` updated.
 
         With ``keep_layout``, uses that would see other strides (:func:`optimus.layout.broken_use`:
         a ``.view``, ``as_strided``, graph output ... reached from ``old``) get a copy of
@@ -142,9 +146,14 @@ class Rewriter:
         users = list(old.users)
         if not users:
             return new
-        need = _layout.broken_use(old, new, users) if keep_layout else None
+        if not keep_layout:
+            self._rewire(old, new, users)
+            return new
+        updates: list = []
+        need = _layout.broken_use(old, new, users, updates=updates)
         if need is None:
             self._rewire(old, new, users)
+            self._refresh(updates)
             return new
         copy = self._copy_as(old, new)
         if copy is None or _layout.broken_use(old, copy, users) is not None:
@@ -153,8 +162,17 @@ class Rewriter:
         self._rewire(old, copy, sensitive)
         rest = [u for u in users if u not in sensitive]
         if rest:
+            updates = []
+            _layout.broken_use(old, new, rest, updates=updates)
             self._rewire(old, new, rest)
+            self._refresh(updates)
         return copy
+
+    def _refresh(self, updates: list) -> None:
+        """Store the example values (FakeTensors) that a replacement changed downstream,
+        so later steps read the strides the graph now computes."""
+        for node, value in updates:
+            self.set_meta(node, "example_value", value)
 
     def _copy_as(self, old: Node, new: Node) -> Node | None:
         """A copy of ``new`` with ``old``'s (dense) strides, created right after ``new``; None
@@ -205,8 +223,11 @@ class Rewriter:
         for lst in self.listeners:
             lst.notify_erased(node)
         self._journal.append(("erase", node, node.prev, node.args, dict(node.kwargs)))
-        with self._direct():
+        self._inside += 1
+        try:
             self.graph.erase_node(node)
+        finally:
+            self._inside -= 1
         self.erased.append(node)
         self.changed.pop(node, None)
 
@@ -238,11 +259,14 @@ class Rewriter:
     def _rewire(self, old: Node, new: Node, users: list[Node]) -> None:
         self._save_users(old)
         self._save_users(new)
-        for u in users:
-            self._journal.append(("args", u, u.args, dict(u.kwargs)))
-            with self._direct():
+        self._inside += 1
+        try:
+            for u in users:
+                self._journal.append(("args", u, u.args, dict(u.kwargs)))
                 u.replace_input_with(old, new)
-            self.changed[u] = None
+                self.changed[u] = None
+        finally:
+            self._inside -= 1
         for lst in self.listeners:
             lst.notify_replaced(old, new, users)
 
@@ -250,14 +274,6 @@ class Rewriter:
         if id(n) not in self._users_saved:
             self._users_saved.add(id(n))
             self._journal.append(("users", n, list(n.users)))
-
-    @contextmanager
-    def _direct(self) -> Iterator[None]:
-        self._inside += 1
-        try:
-            yield
-        finally:
-            self._inside -= 1
 
     # ---------------------------------------------------------------- step scope
     @contextmanager
@@ -342,6 +358,32 @@ _MISSING = object()
 
 def target_text(target: Any) -> str:
     return target if isinstance(target, str) else getattr(target, "__name__", str(target))
+
+
+_SYM = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _scan(x: Any, nodes: list[Node]) -> Any:
+    """Collect the Nodes in an argument structure into ``nodes``; return its first SymInt /
+    SymFloat / SymBool, or None (one walk, cheaper than pytree for long node lists)."""
+    if isinstance(x, Node):
+        nodes.append(x)
+        return None
+    if isinstance(x, (tuple, list)):
+        found = None
+        for v in x:
+            r = _scan(v, nodes)
+            found = found if found is not None else r
+        return found
+    if isinstance(x, dict):
+        found = None
+        for v in x.values():
+            r = _scan(v, nodes)
+            found = found if found is not None else r
+        return found
+    if isinstance(x, slice):
+        return _scan((x.start, x.stop, x.step), nodes)
+    return x if isinstance(x, _SYM) else None
 
 
 def _nodes_in(x: Any) -> list[Node]:

@@ -141,12 +141,19 @@ def other_shapes(gm: GraphModule, inputs: tuple, grow: int = 2, tries: int = 8):
 
 
 def _like(x: torch.Tensor, shape, gen: torch.Generator) -> torch.Tensor:
+    """A tensor of ``shape`` with ``x``'s dtype, its dims laid out in ``x``'s stride order
+    (a graph captured for a transposed input holds for transposed inputs)."""
+    order = sorted(range(x.dim()), key=lambda d: (-x.stride()[d], d))
+    inverse = sorted(range(x.dim()), key=order.__getitem__)
+    dense = [shape[d] for d in order]
     if x.is_floating_point() or x.is_complex():
-        return torch.randn(shape, generator=gen).to(x.dtype)
-    if x.dtype == torch.bool:
-        return torch.rand(shape, generator=gen) < 0.5
-    lo, hi = (int(x.min()), int(x.max())) if x.numel() else (0, 1)
-    return torch.randint(lo, hi + 1, shape, generator=gen).to(x.dtype)
+        t = torch.randn(dense, generator=gen).to(x.dtype)
+    elif x.dtype == torch.bool:
+        t = torch.rand(dense, generator=gen) < 0.5
+    else:
+        lo, hi = (int(x.min()), int(x.max())) if x.numel() else (0, 1)
+        t = torch.randint(lo, hi + 1, dense, generator=gen).to(x.dtype)
+    return t.permute(inverse)
 
 
 def _symbol_values(phs, inputs) -> dict:

@@ -7,6 +7,7 @@ fused and cleaned-up values, and dynamic-shape captures; a step fails on other o
 strides and on a rollback too. CI runs a bounded number of examples; benchmarks/fuzz.py runs thousands.
 """
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from optimus.run import optimize
@@ -56,3 +57,22 @@ def test_a_detached_branch_whose_gradient_becomes_zero_instead_of_none_still_ver
     lin = ["linear", "sigmoid", "clamp_kw", "detach"]
     check_spec(RandomSpec([16] * 8, [lin, lin, ["clamp_pos", "linear"], lin, lin, lin, lin, lin],
                           "stack_unbind_cat", 1, 2, "float32", 169983466))
+
+
+# Found by benchmarks/fuzz.py (seed 100): a batch_detach of non-dense split aliases read by as_strided
+# (now refused in the key), an unbind_cat_to_view whose replaced cat fed a pointwise chain into a
+# view (downstream example values were left stale; now refreshed), transposed inputs through
+# fusions into views and outputs, and a dynamic-shape capture whose second-shape check drew
+# contiguous inputs for a graph captured on a transposed one.
+FOUND = [
+    RandomSpec(widths=[16, 16, 16, 16, 16, 16], chains=[['detach'], ['detach'], ['detach'], ['detach'], ['detach'], ['detach']], join='cat_permuted', split_dim=-1, batch=4, dtype='float16', seed=1356180125, input_layout='contiguous', consumer='as_strided', dynamic=False),
+    RandomSpec(widths=[4, 4, 4, 4, 4], chains=[['clamp_pos', 'dropout', 'sigmoid', 'detach'], ['clamp_pos', 'dropout', 'sigmoid', 'detach'], ['clamp_pos', 'dropout', 'sigmoid', 'detach'], ['clamp_pos', 'dropout', 'sigmoid', 'detach'], ['clamp_pos', 'dropout', 'sigmoid', 'detach']], join='stack_unbind_cat', split_dim=1, batch=2, dtype='float32', seed=823078943, input_layout='transposed', consumer='view', dynamic=False),
+    RandomSpec(widths=[4, 4, 4, 4, 4, 4, 4], chains=[['clamp_kw', 'dropout', 'detach', 'clamp_kw'], ['clamp_kw', 'dropout', 'detach', 'clamp_kw'], ['clamp_kw', 'dropout', 'detach', 'clamp_kw'], ['clamp_kw', 'dropout', 'detach', 'clamp_kw'], ['clamp_kw', 'dropout', 'detach', 'clamp_kw'], ['clamp_kw', 'dropout', 'detach', 'clamp_kw'], ['clamp_kw', 'dropout', 'detach', 'clamp_kw']], join='split_again_cat', split_dim=1, batch=4, dtype='float16', seed=616809142, input_layout='transposed', consumer='view', dynamic=False),
+    RandomSpec(widths=[8, 8, 8, 8, 8, 8, 8, 8], chains=[['clamp_kw', 'dropout', 'relu'], ['clamp_kw', 'dropout', 'relu'], ['clamp_kw', 'dropout', 'relu'], ['clamp_kw', 'dropout', 'relu'], ['clamp_kw', 'dropout', 'relu'], ['clamp_kw', 'dropout', 'relu'], ['clamp_kw', 'dropout', 'relu'], ['clamp_kw', 'dropout', 'relu']], join='split_again_cat', split_dim=-1, batch=2, dtype='float16', seed=2028493610, input_layout='transposed', consumer='none', dynamic=False),
+    RandomSpec(widths=[16, 16, 16, 16, 16, 16, 4, 16], chains=[['relu', 'dropout'], ['relu', 'dropout'], ['relu', 'dropout'], ['relu', 'dropout'], ['relu', 'dropout'], ['relu', 'dropout'], ['layer_norm_noaffine', 'clamp_kw'], ['relu', 'dropout']], join='stack_unbind_cat', split_dim=-1, batch=2, dtype='bfloat16', seed=935692110, input_layout='transposed', consumer='as_strided', dynamic=True)
+]
+
+
+@pytest.mark.parametrize("spec", FOUND, ids=[f"{s.join}-{s.input_layout}-{s.consumer}" for s in FOUND])
+def test_layout_cases_found_by_the_fuzzer_keep_values_and_strides(spec):
+    check_spec(spec)

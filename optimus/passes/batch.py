@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from optimus import meta
+from optimus.layout import fresh_output_miss
 from optimus.pattern import BatchPattern, Miss, SearchOptions, register
 from optimus.rewriter import Rewriter
 from optimus.passes.common import (LAYER_NORM, LINEAR, RELU, REQUIRED, SIGMOID, TANH, bind_args, call, is_call,
@@ -49,6 +50,13 @@ MATMUL = ({torch.matmul, operator.matmul}, {"matmul", "__matmul__"})
 
 def _miss_not(op: str) -> Miss:
     return NOT_A.setdefault(op, Miss(f"not a {op} node"))
+
+
+def fusion_miss(node: Node) -> Miss | None:
+    """Why ``node`` must not be fused: an in-place write (:func:`mutation_miss`), or a
+    layout its uses depend on that a fused result cannot give back
+    (:func:`optimus.layout.fresh_output_miss`)."""
+    return mutation_miss(node) or fresh_output_miss(node)
 
 
 def mutation_miss(node: Node) -> Miss | None:
@@ -171,7 +179,7 @@ class BatchLinear(BatchPattern):
             return o
         if not all(type(d) is int for d in meta.shape(o.x)):
             return Miss("input has symbolic sizes (dynamic shapes): the batched matmul is built for static ones")
-        return mutation_miss(node) or ("batch_linear", o.form, tensor_key(o.x), tensor_key(o.w), tensor_key(o.b))
+        return fusion_miss(node) or ("batch_linear", o.form, tensor_key(o.x), tensor_key(o.w), tensor_key(o.b))
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         ops = [linear_operands(n) for n in nodes]
@@ -265,7 +273,7 @@ class BatchLinearLHS(BatchPattern):
             if bt.shape[-1] != o.out_features:
                 return Miss("bias broadcasts over the output features")
             bias = (tuple(bt.shape[:-1]), bt.dtype, str(bt.device))
-        return mutation_miss(node) or ("batch_linear_lhs", o.form, value_id(o.x), o.in_features, wt.dtype,
+        return fusion_miss(node) or ("batch_linear_lhs", o.form, value_id(o.x), o.in_features, wt.dtype,
                                        str(wt.device), bias)
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
@@ -334,7 +342,7 @@ class BatchLayerNorm(BatchPattern):
         for p in (w, b):
             if p is not None and (meta.tensor(p) is None or meta.tensor(p).dtype != xt.dtype):
                 return Miss("weight or bias is not a tensor node of the input's dtype")
-        return mutation_miss(node) or ("batch_layernorm", tensor_key(x), tuple(ns), tensor_key(w), tensor_key(b),
+        return fusion_miss(node) or ("batch_layernorm", tensor_key(x), tuple(ns), tensor_key(w), tensor_key(b),
                                        float(eps))
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
@@ -393,7 +401,7 @@ class BatchUnary(BatchPattern):
         for k, v in a.items():
             if not isinstance(v, (bool, int, float, type(None))):
                 return Miss(f"argument {k} is not a constant")
-        miss = self.refuse(a) or mutation_miss(node)
+        miss = self.refuse(a) or fusion_miss(node)
         if miss:
             return miss
         return (self.name, tensor_key(x), meta.tensor(node).dtype, tuple(a.items()))
