@@ -148,6 +148,7 @@ class Engine:
         self.inputs = tuple(example_inputs)
         self.pipeline = pipeline
         self.opts = options or RunOptions()
+        _layout.eager_strides(gm.graph)  # example values with eager mode's strides (eval dropout aliases)
         with gc_paused():  # both are O(nodes) new objects
             self.trace = Trace(model=model_name,
                                initial_graph=snapshot_graph(gm.graph if self.opts.record else Graph()),

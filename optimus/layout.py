@@ -105,6 +105,59 @@ def _fresh(user: Node) -> bool:
     return False
 
 
+def value(node: Any) -> Any:
+    """The node's example value as eager mode lays it out. That is ``meta.value`` except
+    for eval-mode ``F.dropout``, which returns its input itself in eager mode (so with the
+    input's strides) while its FakeTensor is a fresh contiguous tensor."""
+    while (isinstance(node, Node) and node.op == "call_function" and node.target is F.dropout and node.args
+           and isinstance(node.args[0], Node) and _training(node) is False):
+        node = node.args[0]
+    return meta.value(node)
+
+
+def _training(node: Node) -> Any:
+    if len(node.args) > 2:
+        return node.args[2]
+    return node.kwargs.get("training", True)
+
+
+def eager_strides(graph) -> int:
+    """Make the example values carry eager mode's strides where FakeTensors do not:
+    eval-mode ``F.dropout`` returns its input itself in eager mode (a split piece keeps its
+    gaps) while its FakeTensor is fresh and contiguous; every node downstream whose
+    strides follow is re-run on FakeTensors. One pass in list order, O(nodes) plus the
+    re-runs. Returns the number of nodes updated."""
+    dirty: set[Node] = set()
+    for n in graph.nodes:
+        if n.op not in ("call_function", "call_method"):
+            continue
+        old = meta.value(n)
+        if (n.target is F.dropout and n.args and isinstance(n.args[0], Node) and _training(n) is False):
+            new = meta.value(n.args[0])
+        elif dirty and any(i in dirty for i in n.all_input_nodes) and not _fresh(n):
+            try:
+                new = _simulate(n, (), None)
+            except Exception:  # noqa: BLE001 - leave the value as captured
+                continue
+        else:
+            continue
+        if new is None or old is None or new is old:
+            continue
+        olds = old if isinstance(old, (list, tuple)) else (old,)
+        news = new if isinstance(new, (list, tuple)) else (new,)
+        if len(olds) == len(news) and all(_same_static_strides(a, b) or not isinstance(a, torch.Tensor)
+                                          for a, b in zip(olds, news)):
+            continue
+        n.meta["example_value"] = new
+        dirty.add(n)
+    return len(dirty)
+
+
+def _tensor(node: Any) -> torch.Tensor | None:
+    v = value(node)
+    return v if isinstance(v, torch.Tensor) else None
+
+
 def _lay(t: Any) -> tuple | None:
     """A tensor's strides as a comparable tuple: dims of size 1 (whose stride no op
     addresses memory through) as None, symbolic strides by their value for the example
@@ -127,11 +180,11 @@ def _int(x: Any) -> Any:
 
 def layout(node: Any) -> tuple | None:
     """The node's strides (:func:`_lay` of its ``example_value``), or None without a tensor value."""
-    return _lay(meta.tensor(node))
+    return _lay(_tensor(node))
 
 
-def _simulate(user: Node, stands: tuple[Node, ...], value: torch.Tensor) -> Any:
-    """``user``'s example value had its input (any of ``stands``) been ``value``: its target
+def _simulate(user: Node, stands: tuple[Node, ...], new_value: torch.Tensor | None) -> Any:
+    """``user``'s example value had its input (any of ``stands``) been ``new_value``: its target
     run on FakeTensors. Raises what the op raises (a ``.view`` the new strides forbid)."""
     from torch.fx.node import map_arg
 
@@ -139,8 +192,8 @@ def _simulate(user: Node, stands: tuple[Node, ...], value: torch.Tensor) -> Any:
 
     def get(n: Node):
         if n in stands:
-            return value
-        v = meta.value(n)
+            return new_value
+        v = value(n)
         if v is None:
             missing.append(n)
         return v
@@ -152,7 +205,8 @@ def _simulate(user: Node, stands: tuple[Node, ...], value: torch.Tensor) -> Any:
         fn = getattr(type(args[0]), user.target)
     else:
         fn = user.target
-    mode = getattr(value, "fake_mode", None)
+    mode = getattr(new_value, "fake_mode", None) or meta._fake_mode_of(
+        torch.utils._pytree.tree_iter((args, kwargs)))
     if mode is not None:
         with mode:
             return fn(*args, **kwargs)
@@ -187,7 +241,7 @@ def _broken(stands: tuple[Node, ...], old_v: Any, new_v: Any, users: list[Node],
             u_new = _simulate(u, stands, new_v)
         except Exception as e:  # noqa: BLE001 - the op rejects the new layout
             return u, f"{u.name} raises on the new layout ({type(e).__name__})"
-        u_old = meta.value(u)
+        u_old = value(u)
         if u_new is None or u_old is None:
             continue
         if depth <= 0:
@@ -225,13 +279,13 @@ def broken_use(old: Node, new: Node, users: list[Node], depth: int = PROPAGATE_D
     ``"add_1 -> view_2: view needs ..."``. ``updates``, if given, receives the
     ``(node, new example value)`` of every downstream node whose strides change, for the
     caller to store when it makes the replacement."""
-    return _broken((old, new), meta.tensor(old), meta.tensor(new), users, depth, [] if updates is None else updates)
+    return _broken((old, new), _tensor(old), _tensor(new), users, depth, [] if updates is None else updates)
 
 
 def is_dense(node: Any) -> bool:
     """Whether the node's value covers its storage span without gaps or overlaps (its
     strides are a permutation of a contiguous tensor's), so a copy can give them back."""
-    t = meta.tensor(node)
+    t = _tensor(node)
     if t is None:
         return False
     try:
@@ -246,7 +300,7 @@ def stride_order(node: Any) -> list[int] | None:
     """The permutation that sorts the node's dims by decreasing stride (ties: dim order),
     or None without a tensor value."""
     lay = layout(node)
-    t = meta.tensor(node)
+    t = _tensor(node)
     if lay is None or t is None:
         return None
     st = [_int(s) for s in t.stride()]
@@ -256,7 +310,7 @@ def stride_order(node: Any) -> list[int] | None:
 
 
 def layout_text(node: Any) -> str:
-    t = meta.tensor(node)
+    t = _tensor(node)
     if t is None:
         return "no example value"
     return f"strides {tuple(s if type(s) is int else str(s) for s in t.stride())}"
@@ -290,7 +344,7 @@ def fresh_output_miss(node: Node):
 
     from optimus.pattern import Miss
 
-    t = meta.tensor(node)
+    t = _tensor(node)
     if t is None or is_dense(node) or t.layout != torch.strided:
         return None
     with getattr(t, "fake_mode", None) or nullcontext():
