@@ -45,13 +45,15 @@ class Captured:
     seconds: float = 0.0
     dynamo_graphs: int | None = None
     eager: list[str] = field(default_factory=list)
+    dynamic: bool = False
 
     def info(self) -> dict:
         """Plain-data summary stored in the Trace (``trace.capture``). ``dynamo_graphs``
         and ``breaks`` are what ``torch._dynamo.explain`` reports; ``graphs`` counts the
         graphs handed to the backend (recompilations included); ``eager`` names the code
         Dynamo ran outside any graph."""
-        return {"method": self.method, "graphs": len(self.graphs), "graph_index": self.graph_index,
+        return {"method": self.method, "dynamic": self.dynamic, "graphs": len(self.graphs),
+                "graph_index": self.graph_index,
                 "graph_nodes": [len(g.graph.nodes) for g, _ in self.graphs], "breaks": self.breaks,
                 "dynamo_graphs": self.dynamo_graphs, "eager": self.eager,
                 "seconds": round(self.seconds, 3), "torch": torch.__version__}
@@ -78,8 +80,12 @@ class Captured:
 
 
 def capture(model: torch.nn.Module, example_inputs: tuple, method: str = "dynamo",
-            graph_index: int | None = None) -> Captured:
+            graph_index: int | None = None, dynamic: bool = False) -> Captured:
     """Capture ``model`` on ``example_inputs``.
+
+    ``dynamic`` (Dynamo only): capture with dynamic shapes (``torch.compile(dynamic=True)``):
+    sizes become SymInts (``s0``, ...) in every ``example_value``, with SymInt placeholders
+    for the sizes the graph reads, so the graph holds for other input shapes.
 
     With graph breaks, ``graph_index`` picks the graph (default: the one with the most
     nodes). Raises CaptureError with the tracer's message when the model cannot be
@@ -95,7 +101,7 @@ def capture(model: torch.nn.Module, example_inputs: tuple, method: str = "dynamo
         if method == "symbolic":
             graphs, breaks = [_symbolic(model, example_inputs)], []
         else:
-            graphs, breaks, dynamo_graphs, eager = _dynamo(model, example_inputs)
+            graphs, breaks, dynamo_graphs, eager = _dynamo(model, example_inputs, dynamic)
     except CaptureError:
         raise
     except Exception as e:  # noqa: BLE001 - any capture failure is bad input, explained
@@ -109,7 +115,8 @@ def capture(model: torch.nn.Module, example_inputs: tuple, method: str = "dynamo
     if not 0 <= graph_index < len(graphs):
         raise ValueError(f"graph_index {graph_index} is outside 0..{len(graphs) - 1}")
     gm, ex = graphs[graph_index]
-    return Captured(gm, ex, graphs, graph_index, breaks, method, time.perf_counter() - t0, dynamo_graphs, eager)
+    return Captured(gm, ex, graphs, graph_index, breaks, method, time.perf_counter() - t0, dynamo_graphs, eager,
+                    dynamic)
 
 
 def _copied(inputs: tuple) -> tuple:
@@ -123,7 +130,7 @@ def _copied(inputs: tuple) -> tuple:
         return inputs
 
 
-def _dynamo(model, inputs) -> tuple[list, list[str], int | None, list[str]]:
+def _dynamo(model, inputs, dynamic: bool = False) -> tuple[list, list[str], int | None, list[str]]:
     """Graphs from a ``torch.compile`` backend (with their example inputs), then graph
     count and break reasons from ``torch._dynamo.explain``, and the frames Dynamo ran
     eagerly, each with its reason (from Dynamo's ``unimplemented`` counters)."""
@@ -133,14 +140,14 @@ def _dynamo(model, inputs) -> tuple[list, list[str], int | None, list[str]]:
     graphs: list[tuple[GraphModule, tuple]] = []
 
     def backend(gm: GraphModule, ex):
-        graphs.append((gm, tuple(ex)))
+        graphs.append((gm, tuple(_concrete(e) for e in ex)))
         return gm.forward
 
     torch._dynamo.reset()
     seen = dict(counters["unimplemented"])  # Dynamo's counters are global: read only what this run adds
     try:
         with torch.no_grad():
-            torch.compile(model, backend=backend, dynamic=False)(*_copied(inputs))
+            torch.compile(model, backend=backend, dynamic=dynamic)(*_copied(inputs))
     except Exception as e:  # noqa: BLE001 - turned into a specific, explained error
         raise CaptureError(f"Dynamo could not capture {type(model).__name__}: {type(e).__name__}: "
                            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
@@ -209,3 +216,12 @@ def _symbolic(model, inputs) -> tuple[GraphModule, tuple]:
         if "val" in n.meta:
             n.meta["example_value"] = n.meta["val"]
     return gm, _copied(tuple(inputs))  # reference runs call the graph on these: not the caller's objects
+
+
+def _concrete(x):
+    """A SymInt example input (dynamic shapes hand the backend the size symbols) as the
+    int it stands for in this call; anything else as it is."""
+    if isinstance(x, (torch.SymInt, torch.SymFloat)):
+        hint = x.node.hint
+        return type(hint)(hint) if hint is not None else x
+    return x

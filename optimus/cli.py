@@ -54,7 +54,8 @@ def steps_table(trace) -> str:
     rows = [head, "-" * len(head)]
     for s in trace.steps:
         rows.append(f"{s.index:4d}  {s.pass_name:{wp}s} {s.pattern:{wq}s} {len(s.sites):5d} {len(s.created):7d} "
-                    f"{len(s.erased):6d}  {_fmt_verify(s.verify):15s} {(s.match_s + s.rewrite_s) * 1e3:7.2f}")
+                    f"{len(s.erased):6d}  {'rolled back' if s.error else _fmt_verify(s.verify):15s} "
+                    f"{(s.match_s + s.rewrite_s) * 1e3:7.2f}")
     return "\n".join(rows)
 
 
@@ -76,7 +77,8 @@ def cmd_run(a) -> int:
             pipeline, passes = pipeline_with(load_pattern_file(a.pattern_file), passes, base=pipeline), None
         res = optimize(a.model, passes=passes, skip=_passes_arg(a.skip), verify=a.verify,
                        grads=a.grads, capture_method=a.capture, graph_index=a.graph, pipeline=pipeline,
-                       on_capture=lambda c: print(c.summary(), file=sys.stderr))
+                       on_capture=lambda c: print(c.summary(), file=sys.stderr),
+                       dynamic=a.dynamic, on_error=a.on_error)
     except (ModelSpecError, CaptureError, PatternFileError, KeyError, ValueError) as e:
         print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return EXIT_INPUT
@@ -99,9 +101,13 @@ def cmd_run(a) -> int:
         n = t.save(a.trace)
         print(f"trace written to {a.trace} ({n:,} bytes)")
     failed = t.failed_steps() or ([] if not t.final_verify or t.final_verify.ok is not False else [None])
+    for s in t.steps:
+        if s.error:
+            print(f"optimus: step {s.index} ({s.pattern} at {', '.join(s.sites[:4])}) was rolled back: "
+                  f"{s.error['kind']}: {s.error['type']}: {s.error['message']} [{s.error['source']}]", file=sys.stderr)
     if failed:
         which = ", ".join(str(s.index) for s in failed if s is not None) or "the final graph"
-        print(f"optimus: verification failed at step(s) {which}", file=sys.stderr)
+        print(f"optimus: verification failed or rolled back at step(s) {which}", file=sys.stderr)
         return EXIT_VERIFY
     return 0
 
@@ -516,6 +522,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print each pass's estimated effect per call (kernels saved, bytes copied)")
     r.add_argument("--pattern-file", help="a pattern file (pattern/replacement functions or PATTERNS): its patterns "
                    "run as one extra pass, named after the file, after the default pipeline (alone with --passes NAME)")
+    r.add_argument("--dynamic", action="store_true",
+                   help="capture with dynamic shapes (Dynamo); verification also runs a second input shape")
+    r.add_argument("--on-error", choices=["skip", "stop"], default="skip", dest="on_error",
+                   help="a step that raises or leaves the graph invalid is rolled back; then go on without "
+                   "that pattern at that site (default) or stop")
     r.set_defaults(fn=cmd_run)
     m = sub.add_parser("samples", help="list the sample models (MODEL sample:NAME)")
     m.set_defaults(fn=cmd_samples)

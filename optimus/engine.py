@@ -20,21 +20,24 @@ from typing import Callable, Iterator
 import torch
 from torch.fx import Graph, GraphModule, Node
 
+from optimus import layout as _layout
 from optimus import verify as _verify
 from optimus.pattern import BatchPattern, Miss, Pattern, RewritePattern, SearchOptions, graph_unchanged
 from optimus.profit import group_estimate
-from optimus.record import Recording, recording, snapshot_graph
+from optimus.record import Recording, RecordingListener, snapshot_graph
+from optimus.rewriter import DirectMutation, InvalidGraph, Listener, Rewriter, SymbolicSize
 from optimus.search import (CandidateSearch, GraphIndex, KeyCache, downstream, global_groups,
                             independent_subsets, is_search_root)
-from optimus.trace import Step, Trace, VerifyResult
+from optimus.trace import Delta, Step, Trace, VerifyResult
 
 VERIFY_MODES = ("step", "end", "off")
+ON_ERROR = ("skip", "stop")
 
 
 class PatternError(RuntimeError):
-    """A pattern raised while matching or rewriting. Carries the pass, pattern and site;
-    the graph is left as it was before the failing step's rewrite began only when the
-    exception came from matching (a half-done rewrite cannot be undone in place)."""
+    """A pattern raised while matching or keying, or (with ``on_error="stop"``) a step
+    failed and was rolled back. Carries the pass, pattern and site; the graph is as it
+    was before the failing step."""
 
     def __init__(self, pass_name: str, pattern: str, site: list[str], cause: BaseException):
         self.pass_name, self.pattern, self.site, self.cause = pass_name, pattern, site, cause
@@ -87,16 +90,22 @@ class RunOptions:
     """``verify``: "step" (lint + run after every step), "end" (once after the pipeline),
     or "off". ``record``: build step deltas (off for timing the search alone).
     ``grads``: compare gradients too. ``keep_stages``: keep a copy of the graph after
-    each enabled pass (for per-pass timing)."""
+    each enabled pass (for per-pass timing). ``on_error``: what to do when a pattern's
+    rewrite raises or leaves the graph invalid (the step is rolled back and recorded as
+    failed either way): "skip" goes on with that pattern disabled at that site, "stop"
+    raises :class:`PatternError`."""
 
     verify: str = "end"
     record: bool = True
     grads: bool = False
     keep_stages: bool = False
+    on_error: str = "skip"
 
     def __post_init__(self):
         if self.verify not in VERIFY_MODES:
             raise ValueError(f"verify must be one of {VERIFY_MODES}, not {self.verify!r}")
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, not {self.on_error!r}")
 
 
 def copy_graph_module(gm: GraphModule) -> GraphModule:
@@ -140,6 +149,7 @@ class Engine:
         self.inputs = tuple(example_inputs)
         self.pipeline = pipeline
         self.opts = options or RunOptions()
+        _layout.eager_strides(gm.graph)  # example values with eager mode's strides (eval dropout aliases)
         with gc_paused():  # both are O(nodes) new objects
             self.trace = Trace(model=model_name,
                                initial_graph=snapshot_graph(gm.graph if self.opts.record else Graph()),
@@ -154,6 +164,7 @@ class Engine:
             self.stages.append(("baseline", copy_graph_module(gm)))
         self._batch: dict[BatchPattern, tuple[KeyCache, set[Node], CandidateSearch, SearchOptions]] = {}
         self._by_target: dict | None = None
+        self._refused: dict[str, set[Node]] = {}  # pattern name -> nodes where its step was rolled back
         self.pass_seconds: dict[str, float] = {}
 
     # ------------------------------------------------------------------ public
@@ -224,7 +235,7 @@ class Engine:
                     else:
                         gen = self._sweep_rewrite(p, pattern)
                     for step in gen:
-                        changed = True
+                        changed = changed or step.error is None
                         yield step
                 if not changed:
                     return
@@ -241,7 +252,7 @@ class Engine:
             if not isinstance(pattern, BatchPattern):
                 continue
             opts = p.options or pattern.options
-            cache = KeyCache(pattern.key)
+            cache = KeyCache(self._keyer(pattern))
             if pattern.anchors:  # only these nodes can have a key; the others are keyed lazily (None)
                 nodes = [n for n in self._anchored(pattern.anchors) if n.users]
             else:
@@ -258,6 +269,16 @@ class Engine:
                 reach = downstream(sources, cache.__getitem__, opts.max_fuse_search_depth) if sources else ()
                 dirty = {n for n in reach if is_search_root(n)}
             self._batch[pattern] = (cache, dirty, CandidateSearch(cache.__getitem__, opts.max_fuse_search_depth), opts)
+
+    def _keyer(self, pattern: BatchPattern) -> Callable[[Node], object]:
+        """``pattern.key``, except for nodes where a step of the pattern was rolled back."""
+        refused = self._refused.setdefault(pattern.name, set())
+        key = pattern.key
+
+        def keyed(n: Node):
+            return DISABLED if n in refused else key(n)
+
+        return keyed
 
     def _key(self, pattern: BatchPattern, cache: KeyCache, n: Node, p: Pass):
         try:
@@ -295,7 +316,7 @@ class Engine:
                     skipped.update(subset)
                     continue
                 match_s = time.perf_counter() - t_match
-                yield self._apply(p, pattern, subset, lambda s=subset: pattern.fuse(self.gm.graph, s), match_s)
+                yield self._apply(p, pattern, subset, lambda rw, s=subset: pattern.fuse(rw, s), match_s)
                 t_match = time.perf_counter()
 
     def _sweep_batch(self, p: Pass, pattern: BatchPattern) -> Iterator[Step]:
@@ -320,7 +341,7 @@ class Engine:
                     grouped = True
                     for subset in independent_subsets(nodes, self.index, opts):
                         match_s = time.perf_counter() - t_match
-                        yield self._apply(p, pattern, subset, lambda s=subset: pattern.fuse(self.gm.graph, s), match_s)
+                        yield self._apply(p, pattern, subset, lambda rw, s=subset: pattern.fuse(rw, s), match_s)
                         t_match = time.perf_counter()
                 if not grouped:
                     dirty.discard(node)
@@ -348,8 +369,9 @@ class Engine:
             nodes = list(self.gm.graph.nodes)
             nodes.reverse()
         t_match = time.perf_counter()
+        refused = self._refused.get(pattern.name, ())
         for node in nodes:
-            if node._erased:
+            if node._erased or node in refused:
                 continue
             try:
                 m = pattern.match(node)
@@ -358,18 +380,31 @@ class Engine:
             if m is None or isinstance(m, Miss):
                 continue
             match_s = time.perf_counter() - t_match
-            yield self._apply(p, pattern, m.nodes, lambda m=m: pattern.rewrite(self.gm.graph, m), match_s)
+            step = self._apply(p, pattern, m.nodes, lambda rw, m=m: pattern.rewrite(rw, m), match_s)
+            if step.error is not None:  # rolled back: not this pattern at this anchor again
+                self._refused.setdefault(pattern.name, set()).add(node)
+            yield step
             t_match = time.perf_counter()
 
     # ------------------------------------------------------------------ one step
-    def _apply(self, p: Pass, pattern: Pattern, site: list[Node], do: Callable[[], None], match_s: float) -> Step:
+    def _apply(self, p: Pass, pattern: Pattern, site: list[Node], do: Callable[[Rewriter], None],
+               match_s: float) -> Step:
+        """Run one ``fuse``/``rewrite`` through a :class:`Rewriter` whose listeners record
+        the step and check layouts; validate the result; on any error roll the step back
+        (:meth:`_failed`). Then update the indexes and verify."""
         site_names = [n.name for n in site]
         t0 = time.perf_counter()
-        with recording(self.gm) as rec:
-            try:
-                do()
-            except Exception as e:  # noqa: BLE001
-                raise PatternError(p.name, pattern.name, site_names, e) from e
+        rec = Recording()
+        check = LayoutCheck()
+        rw = Rewriter(self.gm.graph, [RecordingListener(rec), check], level=self.index.level)
+        try:
+            with rw.guarding(self.gm):
+                do(rw)
+            rw.validate()
+            check.verify()
+        except Exception as e:  # noqa: BLE001 - any failure of the pattern is rolled back and reported
+            rw.rollback()
+            return self._failed(p, pattern, site, e, match_s, time.perf_counter() - t0)
         created = rec.created_alive()
         try:
             self.index.update(created, rec.erased, rec.rewired)
@@ -389,6 +424,31 @@ class Engine:
         if self.opts.verify == "step":
             step.verify = self._check()
         self.trace.steps.append(step)
+        return step
+
+    def _failed(self, p: Pass, pattern: Pattern, site: list[Node], e: BaseException, match_s: float,
+                rewrite_s: float) -> Step:
+        """Record a rolled-back step (``Step.error``); a BatchPattern is disabled for every
+        member of ``site`` (a RewritePattern's sweep disables it at the anchor); with
+        ``on_error="stop"`` raise :class:`PatternError` after recording it."""
+        kind = ("layout" if isinstance(e, _layout.LayoutError) else "invalid" if isinstance(e, InvalidGraph)
+                else "direct-mutation" if isinstance(e, DirectMutation)
+                else "symbolic-size" if isinstance(e, SymbolicSize) else "raised")
+        site_names = [n.name for n in site]
+        step = Step(index=len(self.trace.steps) + 1, pass_name=p.name, pattern=pattern.name, sites=site_names,
+                    created=[], erased=[], replaced={}, delta=Delta([], []) if self.opts.record else None,
+                    match_s=match_s, rewrite_s=rewrite_s, nodes_after=len(self.gm.graph.nodes),
+                    error={"kind": kind, "type": type(e).__name__, "message": str(e),
+                           "source": failure_source(pattern, e)})
+        self.trace.steps.append(step)
+        if isinstance(pattern, BatchPattern):
+            self._refused.setdefault(pattern.name, set()).update(site)
+            entry = self._batch.get(pattern)
+            if entry is not None:
+                entry[0].forget(site)
+                entry[2].forget(site)
+        if self.opts.on_error == "stop":
+            raise PatternError(p.name, pattern.name, site_names, e) from e
         return step
 
     def _note_change(self, rec: Recording, created: list[Node]) -> None:
@@ -427,6 +487,64 @@ class Engine:
         if self._ref is None:
             return VerifyResult(None, checked="off")
         return _verify.check(self.gm, self.inputs, self._ref, self.opts.grads)
+
+
+DISABLED = Miss("a step of this pattern was rolled back here")
+
+
+class LayoutCheck(Listener):
+    """The engine-level layout check, a Rewriter listener: collects every replacement of
+    one step (all uses moved, one use moved, arguments changed in place) and, in
+    :meth:`verify`, fails the step with :class:`optimus.layout.LayoutError` if the new
+    value's strides (from its FakeTensor ``example_value``) differ from the old one's and
+    a moved use sees the difference (:func:`optimus.layout.broken_use`)."""
+
+    def __init__(self):
+        self.moves: list[tuple[Node, Node, list[Node]]] = []
+
+    def notify_replaced(self, old: Node, new: Node, users: list[Node]) -> None:
+        self.moves.append((old, new, users))
+
+    def notify_modified(self, node: Node, old_inputs: list[Node]) -> None:
+        now = node.all_input_nodes
+        gone = [i for i in old_inputs if i not in now]
+        came = [i for i in now if i not in old_inputs]
+        if len(gone) == 1 and len(came) == 1:
+            self.moves.append((gone[0], came[0], [node]))
+
+    def rolled_back(self) -> None:
+        self.moves = []
+
+    def verify(self) -> None:
+        for old, new, users in self.moves:
+            if new._erased:
+                continue
+            live = [u for u in users if not u._erased and new in u.all_input_nodes]
+            bad = _layout.broken_use(old, new, live)
+            if bad is not None:
+                raise _layout.LayoutError(_layout.mismatch_message(old, new, *bad))
+
+
+def failure_source(pattern: Pattern, e: BaseException) -> str:
+    """``path:line`` of the innermost frame of ``e``'s traceback in the pattern's own
+    source file (where its code raised), else the pattern's ``source``."""
+    import inspect
+    import traceback
+
+    from optimus.pattern import _where
+
+    try:
+        file = inspect.getsourcefile(type(pattern))
+    except TypeError:
+        file = None
+    where = ""
+    for fr in traceback.extract_tb(e.__traceback__):
+        if file and fr.filename == file:
+            where = f"{fr.filename}:{fr.lineno}"
+    if where:
+        rel = _where(type(pattern)).split(":")[0]
+        return f"{rel}:{where.rsplit(':', 1)[1]}" if rel else where
+    return pattern.source or _where(type(pattern))
 
 
 def run_pipeline(gm: GraphModule, example_inputs: tuple, pipeline: Pipeline | None = None,

@@ -423,8 +423,9 @@ def match(pattern: Pat, node: Node, gm: torch.nn.Module | None = None) -> Bindin
 class Rule:
     """A rewrite rule of the declarative form: ``pattern`` (an :class:`Op`) and
     ``replace(rw, **bindings)``, which builds and returns the value that takes the root
-    node's place (an existing node from the bindings, or one it creates with
-    ``rw.call(fn, *args, **kwargs)`` / ``rw.method(name, *args, **kwargs)``). The root is
+    node's place (an existing node from the bindings, or one it creates through the
+    :class:`~optimus.rewriter.Rewriter` ``rw``: ``rw.call(fn, *args, **kwargs)``, or
+    ``rw.create("call_method", name, args, kwargs)``). The root is
     then replaced and erased, and every other matched node nothing uses any more is
     erased. ``name`` and ``description`` are what ``optimus passes`` and the viewer show."""
 

@@ -49,11 +49,13 @@ def strides(v: Any) -> Any:
 
 
 def signature(node: Any) -> tuple | None:
-    """(shape, dtype, device) of a tensor node: what fusable nodes must share, or None."""
+    """(shape, dtype, device) of a tensor node: what fusable nodes must share, or None.
+    Symbolic sizes (dynamic shapes) appear as their expression text (``"s0"``), so the
+    signature is hashable and equal for equal expressions."""
     t = tensor(node)
     if t is None:
         return None
-    return (tuple(t.shape), t.dtype, str(t.device))
+    return (tuple(d if type(d) is int else str(d) for d in t.shape), t.dtype, str(t.device))
 
 
 def _fake_mode_of(vals) -> Any:

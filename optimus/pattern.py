@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterable, Iterator
 
-from torch.fx import Graph, Node
+from typing import TYPE_CHECKING
+
+from torch.fx import Node
+
+if TYPE_CHECKING:
+    from optimus.rewriter import Rewriter
 
 
 class Miss(str):
@@ -91,11 +96,13 @@ class Pattern:
 
 class BatchPattern(Pattern):
     """Horizontal fusion: ``key(node)`` says which group a node may fuse with (or why it
-    cannot, as a :class:`Miss`); ``fuse(graph, nodes)`` rewrites one independent group.
+    cannot, as a :class:`Miss`); ``fuse(rw, nodes)`` rewrites one independent group.
 
-    ``fuse`` may insert its nodes anywhere; the engine moves them (and rewired users)
-    forward to keep the graph topologically valid. It must rewire uses with
-    ``replace_all_uses_with`` and erase the fused nodes.
+    ``fuse`` changes the graph only through ``rw``, an :class:`optimus.rewriter.Rewriter`
+    (``rw.call``/``create``, ``replace_all_uses``, ``replace_input``, ``modify``,
+    ``erase``); a change made around it fails the step, which is rolled back. It may
+    insert its nodes anywhere; the engine moves them (and rewired users) forward to keep
+    the graph topologically valid. It rewires the uses of the fused nodes and erases them.
 
     ``anchors`` (targets, or method names for call_method) are the only targets whose
     nodes ``key`` may give a group; the engine then keys just those nodes at the start of
@@ -109,13 +116,14 @@ class BatchPattern(Pattern):
     def key(self, node: Node) -> Hashable | Miss:
         raise NotImplementedError
 
-    def fuse(self, graph: Graph, nodes: list[Node]) -> None:
+    def fuse(self, rw: "Rewriter", nodes: list[Node]) -> None:
         raise NotImplementedError
 
 
 class RewritePattern(Pattern):
     """Vertical rewrite: ``match(node)`` returns a :class:`Match` anchored at ``node``
-    (or a :class:`Miss`); ``rewrite(graph, match)`` replaces it.
+    (or a :class:`Miss`); ``rewrite(rw, match)`` replaces it, changing the graph only
+    through ``rw`` (an :class:`optimus.rewriter.Rewriter`, as for :class:`BatchPattern`).
 
     ``anchors`` (targets, or method names for call_method) lets the engine skip nodes
     that cannot anchor a match without calling ``match``; empty means every node.
@@ -127,7 +135,7 @@ class RewritePattern(Pattern):
     def match(self, node: Node) -> Match | Miss:
         raise NotImplementedError
 
-    def rewrite(self, graph: Graph, match: Match) -> None:
+    def rewrite(self, rw: "Rewriter", match: Match) -> None:
         raise NotImplementedError
 
 

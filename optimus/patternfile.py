@@ -30,6 +30,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from optimus import lang, meta
 from optimus.pattern import BatchPattern, Match, Miss, Pattern, RewritePattern
+from optimus.rewriter import Rewriter
 
 _LOADS = itertools.count()
 
@@ -99,25 +100,6 @@ def graph_to_pattern(graph: Graph) -> lang.Op:
     return to_pat(root)
 
 
-class Builder:
-    """What a rule's replacement builds with: ``call(fn, *args, **kwargs)`` and
-    ``method(name, self, *args, **kwargs)`` add a node before the matched root and give it
-    its ``example_value``."""
-
-    def __init__(self, graph: Graph):
-        self.graph = graph
-
-    def call(self, fn: Callable, *args: Any, **kwargs: Any) -> Node:
-        n = self.graph.call_function(fn, tuple(args), kwargs)
-        meta.infer(n)
-        return n
-
-    def method(self, name: str, *args: Any, **kwargs: Any) -> Node:
-        n = self.graph.call_method(name, tuple(args), kwargs)
-        meta.infer(n)
-        return n
-
-
 class LangPattern(RewritePattern):
     """A RewritePattern from a declarative :class:`~optimus.lang.Rule`: ``match`` is
     :func:`optimus.lang.match` (so misses name the failed sub-pattern), ``rewrite`` calls
@@ -144,15 +126,17 @@ class LangPattern(RewritePattern):
             return Miss(f"{writer.name} writes in place")
         return Match(node, nodes, {"bindings": b})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         root = m.anchor
         b = {k: v for k, v in m.info["bindings"].items() if not k.startswith("%")}
-        with graph.inserting_before(root):
-            new = self.rule.replace(Builder(graph), **b)
+        with rw.inserting_before(root):
+            new = self.rule.replace(rw, **b)
         if isinstance(new, Miss) or new is None:
             raise ValueError(f"rule {self.name} matched {root.name} but its replacement returned {new!r}")
-        root.replace_all_uses_with(new)
-        _erase_dead(graph, m.nodes)
+        if isinstance(new, Node) and new is not root:
+            rw.carry_meta(root, new)
+        rw.replace_all_uses(root, new)
+        _erase_dead(rw, m.nodes)
 
 
 def _site(root: Node, b: lang.Bindings) -> list[Node]:
@@ -160,14 +144,14 @@ def _site(root: Node, b: lang.Bindings) -> list[Node]:
     return list(dict.fromkeys([root, *b.nodes]))
 
 
-def _erase_dead(graph: Graph, nodes: list[Node]) -> None:
+def _erase_dead(rw: Rewriter, nodes: list[Node]) -> None:
     """Erase the matched nodes nothing uses any more, users before producers."""
     changed = True
     while changed:
         changed = False
         for n in nodes:
             if not n._erased and not n.users and n.op not in ("placeholder", "output"):
-                graph.erase_node(n)
+                rw.erase(n)
                 changed = True
 
 
@@ -187,7 +171,7 @@ def function_rule(name: str, pattern: Callable, replacement: Callable, path: str
     except ValueError as e:
         raise PatternFileError(path, str(e), _line_of(pattern)) from e
 
-    def replace(rw: Builder, **b: Any) -> Any:
+    def replace(rw: Rewriter, **b: Any) -> Any:
         env: dict[Node, Any] = {r: b[p] for p, r in zip(p_in, r_in)}
         result = None
         for n in rg.graph.nodes:
@@ -200,7 +184,7 @@ def function_rule(name: str, pattern: Callable, replacement: Callable, path: str
             elif n.op == "call_function":
                 env[n] = rw.call(n.target, *args, **kwargs)
             elif n.op == "call_method":
-                env[n] = rw.method(n.target, *args, **kwargs)
+                env[n] = rw.create("call_method", n.target, args, kwargs)
             else:
                 raise ValueError(f"replacement node {n.name} is {n.op}; a replacement may only call functions "
                                  "and methods")

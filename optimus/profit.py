@@ -115,15 +115,19 @@ def _node_cost(n: Node) -> tuple[int, int]:
 
 
 def group_estimate(gm: GraphModule, fuse, nodes: list[Node]) -> Estimate:
-    """The estimate of ``fuse(graph, nodes)`` (a BatchPattern's ``fuse``), found by fusing
-    the same nodes in a copy of ``gm``'s graph (``gm`` is not changed). O(graph) per call."""
+    """The estimate of ``fuse(rw, nodes)`` (a BatchPattern's ``fuse``), found by fusing
+    the same nodes in a copy of ``gm``'s graph through a :class:`~optimus.rewriter.Rewriter`
+    with no listeners (``gm`` is not changed). O(graph) per call. Whatever ``fuse`` raises
+    propagates (the engine then runs the step, which rolls it back and records why)."""
+    from optimus.rewriter import Rewriter
+
     g = Graph()
     env: dict[Node, Node] = {}
     out = g.graph_copy(gm.graph, env, return_output_node=True)
     if isinstance(out, tuple):
         g.output(out[0])
     before = set(g.nodes)
-    fuse(g, [env[n] for n in nodes])
+    fuse(Rewriter(g), [env[n] for n in nodes])
     after = set(g.nodes)
     k = nb = 0
     for n in before - after:

@@ -1,11 +1,13 @@
-"""Recording: FX node create / erase / replace hooks -> the Step's sets and delta.
+"""Recording: the changes of one step -> the Step's sets and delta.
 
-The recorder listens instead of diffing: a GraphModule calls its
+The recorder listens instead of diffing. Our engine's steps are recorded by a
+:class:`RecordingListener` on the :class:`optimus.rewriter.Rewriter` every pattern writes
+through, so every create / erase / replace / in-place argument change is seen. The
+upstream observer (:mod:`optimus.inductor`) runs PyTorch's own passes, which change the
+graph directly; there :func:`recording` listens to the GraphModule's
 ``_create_node_hooks``, ``_erase_node_hooks`` and ``_replace_hooks`` (the hooks
-``torch.fx.passes.graph_transform_observer`` uses) whenever a node is created, erased,
-or a use is rewired with ``replace_all_uses_with`` / ``replace_input_with``. Rewrites
-must rewire through those two calls (or consume a node they created) for the delta to
-see the change; the replay tests check this for every shipped pattern.
+``torch.fx.passes.graph_transform_observer`` uses) and :meth:`Recording.touched` also
+takes in every user of a created node (upstream rewrites sometimes assign ``node.args``).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import _get_qualified_name
 
 from optimus import meta
+from optimus.rewriter import Listener
 from optimus.trace import Delta, GraphSnapshot, NodeRecord, source_of
 
 _MODULE_PREFIX = re.compile(r"^L\['[^']*'\]\.?|^L\[\"[^\"]*\"\]\.?")
@@ -142,6 +145,36 @@ class Recording:
         created_ids = {id(n) for n in self.created}
         removed = [n.name for n in self.erased if id(n) not in created_ids]
         return Delta(upsert=[node_record(n) for n in self.touched()], remove=removed)
+
+
+class RecordingListener(Listener):
+    """Fills a :class:`Recording` from a :class:`optimus.rewriter.Rewriter`'s notifications:
+    how the engine records its own steps (every change a pattern makes goes through the
+    Rewriter, so nothing depends on FX's hooks or on how a pattern rewires). After a
+    rollback the Recording is emptied."""
+
+    def __init__(self, rec: Recording):
+        self.rec = rec
+
+    def notify_inserted(self, node: Node) -> None:
+        self.rec.created.append(node)
+
+    def notify_erased(self, node: Node) -> None:
+        self.rec.erased.append(node)
+        self.rec.erased_inputs.extend(node.all_input_nodes)
+
+    def notify_replaced(self, old: Node, new: Node, users: list[Node]) -> None:
+        self.rec.rewired.extend(users)
+        self.rec.rewired_from.append(old)
+        if old.name != new.name:
+            self.rec.replaced[old.name] = new.name
+
+    def notify_modified(self, node: Node, old_inputs: list[Node]) -> None:
+        self.rec.rewired.append(node)
+        self.rec.rewired_from.extend(old_inputs)
+
+    def rolled_back(self) -> None:
+        self.rec.__init__()
 
 
 @contextmanager

@@ -178,12 +178,13 @@ def _apply_upstream_match(gm: GraphModule, spec: dict) -> None:
 
 def _apply_ours(gm: GraphModule, spec: dict, sites: list) -> None:
     from optimus.pattern import BatchPattern, Match, get
+    from optimus.rewriter import Rewriter
 
     if spec.get("pattern_module"):
         importlib.import_module(spec["pattern_module"])
     pattern = get(spec["pattern"])
     if isinstance(pattern, BatchPattern):
-        pattern.fuse(gm.graph, sites)
+        pattern.fuse(Rewriter(gm.graph), sites)
         return
     want = set(spec["sites"])
     misses = []
@@ -191,7 +192,7 @@ def _apply_ours(gm: GraphModule, spec: dict, sites: list) -> None:
     for anchor in sorted(sites, key=order.__getitem__, reverse=True):  # the engine tries the last node first
         m = pattern.match(anchor)
         if isinstance(m, Match) and {n.name for n in m.nodes} == want:
-            pattern.rewrite(gm.graph, m)
+            pattern.rewrite(Rewriter(gm.graph), m)
             return
         misses.append(f"{anchor.name}: {m if not isinstance(m, Match) else 'matches other nodes'}")
     raise ReproError(f"{spec['pattern']} no longer matches at the recorded sites ({'; '.join(misses)})")

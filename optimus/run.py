@@ -198,12 +198,16 @@ def optimize(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, 
              graph_index: int | None = None, keep_stages: bool = False,
              on_step: Callable[[Step], None] | None = None,
              on_capture: Callable[[Captured], None] | None = None,
-             pipeline: Pipeline | None = None, captured: Captured | None = None) -> RunResult:
+             pipeline: Pipeline | None = None, captured: Captured | None = None, dynamic: bool = False,
+             on_error: str = "skip") -> RunResult:
     """Capture a model and run the Optimus pipeline over it, recording every step.
 
     ``passes`` names the enabled passes of the default pipeline (None: all) and ``skip``
     the passes to switch off among those (:func:`select_passes`). ``on_step``
-    is called with each Step as it is applied (for progress). Raises ModelSpecError,
+    is called with each Step as it is applied (for progress). ``dynamic`` captures with
+    dynamic shapes (Dynamo only); ``on_error`` is :attr:`RunOptions.on_error` (a step that
+    raises or leaves the graph invalid is rolled back; "skip" goes on, "stop" raises
+    PatternError). Raises ModelSpecError,
     optimus.capture.CaptureError, optimus.engine.PatternError, or KeyError for an
     unknown pass name. ``captured`` runs on an existing capture (its ``gm`` is rewritten
     in place) instead of capturing ``spec_or_model``, which then only names the run.
@@ -222,11 +226,11 @@ def optimize(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, 
     if passes is not None or skip:
         pipe = pipe.only(select_passes(pipe.names(), passes, skip))
     if captured is None:
-        captured = capture(model, tuple(inputs), method=capture_method, graph_index=graph_index)
+        captured = capture(model, tuple(inputs), method=capture_method, graph_index=graph_index, dynamic=dynamic)
     if on_capture is not None:
         on_capture(captured)
     engine = Engine(captured.gm, captured.example_inputs, pipe,
-                    RunOptions(verify=verify, record=record, grads=grads, keep_stages=keep_stages),
+                    RunOptions(verify=verify, record=record, grads=grads, keep_stages=keep_stages, on_error=on_error),
                     model_name=name, capture_info=captured.info())
     for step in engine.steps():
         if on_step is not None:

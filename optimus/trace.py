@@ -13,7 +13,8 @@ JSON layout (``format_version`` 1)::
      "steps": [{"index", "pass", "pattern", "sites", "created", "erased", "replaced",
                 "delta": {"upsert": [NodeRecord...], "remove": [name...]},
                 "match_s", "rewrite_s", "nodes_after", "verify": {...} | null,
-                "info": {...} (optional: pattern-specific figures, e.g. bytes_packed)}]}
+                "info": {...} (optional: pattern-specific figures, e.g. bytes_packed),
+                "error": {...} (only on a rolled-back step)}]}
 
 A NodeRecord is written as ``{"name", "op", "target", "args", "kwargs", "inputs",
 "shape", "dtype", "module", "module_type", "source", "stride"}`` less the fields at their default
@@ -230,7 +231,9 @@ class VerifyResult:
 
     ``ok`` is None when nothing was checked. ``max_abs_err``/``max_rel_err`` are over
     all outputs (and gradients when ``checked`` says so); ``checked`` names what was
-    compared: "outputs", "outputs+grads", "lint", or "not-checkable" with the reason
+    compared: "outputs", "outputs+grads", "lint", "layout" (same values, other output
+    strides), "second-shape" (a graph with symbolic sizes failed on inputs of another
+    shape; "outputs+second-shape" when it passed), or "not-checkable" with the reason
     in ``message``.
     """
 
@@ -245,7 +248,13 @@ class VerifyResult:
 class Step:
     """One applied match: pass and pattern, the matched site nodes, the nodes created
     and erased, old->new replacement map (provenance), seconds spent matching and
-    rewriting, the delta it made, and its verification result."""
+    rewriting, the delta it made, and its verification result.
+
+    A step whose pattern raised or left the graph invalid is rolled back and kept with
+    an empty delta and ``error``: ``{"kind": "raised" | "invalid" | "layout" |
+    "direct-mutation" | "symbolic-size", "type": exception class, "message", "source": "path:line" of the
+    pattern code that raised (or the pattern's class)}``. Traces written before this
+    field existed load with ``error`` None."""
 
     index: int
     pass_name: str
@@ -261,6 +270,12 @@ class Step:
     verify: VerifyResult | None = None
     #: pattern-specific figures, plain data (``prepack_weights``: ``bytes_packed``)
     info: dict = field(default_factory=dict)
+    error: dict | None = None
+
+    @property
+    def failed(self) -> bool:
+        """True when the step was rolled back (``error`` says why) or failed verification."""
+        return self.error is not None or (self.verify is not None and self.verify.ok is False)
 
     def to_json(self) -> dict:
         out = {
@@ -272,6 +287,8 @@ class Step:
         }
         if self.info:
             out["info"] = self.info
+        if self.error is not None:
+            out["error"] = self.error
         return out
 
     @classmethod
@@ -283,6 +300,7 @@ class Step:
             nodes_after=d["nodes_after"],
             verify=VerifyResult(**d["verify"]) if d.get("verify") is not None else None,
             info=d.get("info", {}),
+            error=d.get("error"),
         )
 
 
@@ -356,7 +374,8 @@ class Trace:
         return [s for s in self.steps if s.pass_name == pass_name]
 
     def failed_steps(self) -> list[Step]:
-        return [s for s in self.steps if s.verify is not None and s.verify.ok is False]
+        """Steps that failed verification or were rolled back (:attr:`Step.failed`)."""
+        return [s for s in self.steps if s.failed]
 
     # ---- JSON
     def to_json(self) -> dict:

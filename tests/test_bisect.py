@@ -24,12 +24,12 @@ class ReluAsSigmoid(RewritePattern):
     def match(self, node):
         return Match(node, [node]) if node.target in RELUS else Miss("not a relu")
 
-    def rewrite(self, graph, m):
-        with graph.inserting_before(m.anchor):
-            new = graph.call_function(torch.sigmoid, (m.anchor.args[0],))
-        new.meta = dict(m.anchor.meta)
-        m.anchor.replace_all_uses_with(new)
-        graph.erase_node(m.anchor)
+    def rewrite(self, rw, m):
+        with rw.inserting_before(m.anchor):
+            new = rw.call(torch.sigmoid, m.anchor.args[0])
+        rw.carry_meta(m.anchor, new)
+        rw.replace_all_uses(m.anchor, new)
+        rw.erase(m.anchor)
 
 
 DEFAULT_PIPELINE = optimus.passes.default_pipeline

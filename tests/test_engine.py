@@ -63,12 +63,12 @@ class ReluToSigmoid(RewritePattern):
     def match(self, node):
         return Match(node, [node]) if is_call(node, *RELU) else Miss("not relu")
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw, m: Match) -> None:
         (n,) = m.nodes
-        with graph.inserting_before(n):
-            s = call(graph, torch.sigmoid, n.args[0])
-        n.replace_all_uses_with(s)
-        graph.erase_node(n)
+        with rw.inserting_before(n):
+            s = call(rw, torch.sigmoid, n.args[0])
+        rw.replace_all_uses(n, s)
+        rw.erase(n)
 
 
 class Raises(RewritePattern):
@@ -95,10 +95,10 @@ def test_a_wrong_rewrite_is_marked_failed_on_its_step_with_its_error():
     assert t.failed_steps() == [s]
 
 
-def test_a_raising_pattern_is_reported_with_pass_pattern_and_site():
+def test_a_raising_pattern_stops_the_run_by_option_with_pass_pattern_and_site():
     c = _relu_model()
     with pytest.raises(PatternError) as e:
-        Engine(c.gm, c.example_inputs, Pipeline([Pass("p", [Raises()])]), RunOptions(verify="off")).run()
+        Engine(c.gm, c.example_inputs, Pipeline([Pass("p", [Raises()])]), RunOptions(verify="off", on_error="stop")).run()
     assert e.value.pattern == "raises_on_relu" and e.value.pass_name == "p" and e.value.site
     assert "boom" in str(e.value)
 

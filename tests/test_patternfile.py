@@ -64,7 +64,7 @@ class BatchSigmoidPreview(BatchPattern):
         v = node.meta.get("example_value")
         return None if v is None else tuple(v.shape)
 
-    def fuse(self, graph, nodes):
+    def fuse(self, rw, nodes):
         raise NotImplementedError
 
 PATTERNS = [BatchSigmoidPreview]

@@ -32,6 +32,7 @@ from optimus.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
 from optimus.passes import default_pipeline
 from optimus.pattern import REGISTRY, BatchPattern, Miss, SearchOptions
 from optimus.record import recording, snapshot_graph
+from optimus.rewriter import Rewriter
 from optimus.search import GraphIndex, independent_subsets
 
 # --------------------------------------------------------------------------- reference
@@ -144,7 +145,7 @@ def reference_run(gm: GraphModule, pipeline: Pipeline, sweeps: list | None = Non
                             if len(nodes) < opts.min_fuse_set_size:
                                 continue
                             for subset in ref_greedy(nodes, opts):
-                                apply(p, pattern, subset, functools.partial(pattern.fuse, graph, subset))
+                                apply(p, pattern, subset, functools.partial(pattern.fuse, Rewriter(graph), subset))
                         node = node.prev
                 else:
                     for node in reversed(list(graph.nodes)):
@@ -155,7 +156,7 @@ def reference_run(gm: GraphModule, pipeline: Pipeline, sweeps: list | None = Non
                             continue
                         m = pattern.match(node)
                         if m is not None and not isinstance(m, Miss):
-                            apply(p, pattern, m.nodes, functools.partial(pattern.rewrite, graph, m))
+                            apply(p, pattern, m.nodes, functools.partial(pattern.rewrite, Rewriter(graph), m))
             if len(steps) == before:
                 break
     return steps
@@ -605,7 +606,8 @@ def test_the_collector_is_paused_only_while_the_engine_works_and_restored_after_
     assert gc.isenabled()
     opts = SearchOptions(min_fuse_set_size=2)
     with pytest.raises(PatternError, match="boom"):
-        Engine(towers(8, 2), (), Pipeline([Pass("p", [_RaisingFuse()], options=opts)]), RunOptions(verify="off")).run()
+        Engine(towers(8, 2), (), Pipeline([Pass("p", [_RaisingFuse()], options=opts)]),
+               RunOptions(verify="off", on_error="stop")).run()
     assert gc.isenabled()
 
 

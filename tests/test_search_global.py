@@ -21,6 +21,7 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 import sample_models
+from optimus.rewriter import Rewriter
 from optimus.capture import capture
 from optimus.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
 from optimus.passes import default_pipeline
@@ -174,9 +175,9 @@ def test_extending_an_lhs_group_repacks_its_weights_once():
     gm = c.gm
     lhs = REGISTRY["batch_linear_lhs"]
     lin = {module_path(n)[0]: n for n in gm.graph.nodes if n.op == "call_function" and "linear" in str(n.target)}
-    lhs.fuse(gm.graph, [lin["q"], lin["v"]])
+    lhs.fuse(Rewriter(gm.graph), [lin["q"], lin["v"]])
     (wide,) = [n for n in gm.graph.nodes if n.target is F.linear and n.args[1].target is torch.cat]
-    lhs.fuse(gm.graph, [wide, lin["k"]])
+    lhs.fuse(Rewriter(gm.graph), [wide, lin["k"]])
     gm.graph.lint()
     gm.recompile()
     cats = [n for n in gm.graph.nodes if n.target is torch.cat]

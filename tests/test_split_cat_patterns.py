@@ -47,7 +47,7 @@ def run(model, inputs, pipeline):
     if not isinstance(pipeline, Pipeline):
         pipeline = upstream_pipeline(pipeline)
     trace = Engine(c.gm, c.example_inputs, pipeline, RunOptions(verify="step")).run()
-    failed = [(s.index, s.pattern, s.verify.message) for s in trace.steps if not s.verify.ok]
+    failed = [(s.index, s.pattern, s.error or s.verify.message) for s in trace.steps if s.failed]
     assert not failed, failed
     assert trace.final_verify.ok is not False
     assert trace.graph_at(len(trace.steps)).signature() == snapshot_graph(c.gm.graph).signature()

@@ -33,10 +33,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.fx import Graph, Node
+from torch.fx import Node
 
 from optimus import meta
+from optimus.layout import fresh_output_miss
 from optimus.pattern import BatchPattern, Miss, SearchOptions, register
+from optimus.rewriter import Rewriter
 from optimus.passes.common import (LAYER_NORM, LINEAR, RELU, REQUIRED, SIGMOID, TANH, bind_args, call, is_call,
                                    is_written, replace_with_getitems, tensor_key, writes_inputs)
 
@@ -48,6 +50,13 @@ MATMUL = ({torch.matmul, operator.matmul}, {"matmul", "__matmul__"})
 
 def _miss_not(op: str) -> Miss:
     return NOT_A.setdefault(op, Miss(f"not a {op} node"))
+
+
+def fusion_miss(node: Node) -> Miss | None:
+    """Why ``node`` must not be fused: an in-place write (:func:`mutation_miss`), or a
+    layout its uses depend on that a fused result cannot give back
+    (:func:`optimus.layout.fresh_output_miss`)."""
+    return mutation_miss(node) or fresh_output_miss(node)
 
 
 def mutation_miss(node: Node) -> Miss | None:
@@ -168,29 +177,31 @@ class BatchLinear(BatchPattern):
         o = linear_operands(node)
         if isinstance(o, Miss):
             return o
-        return mutation_miss(node) or ("batch_linear", o.form, tensor_key(o.x), tensor_key(o.w), tensor_key(o.b))
+        if not all(type(d) is int for d in meta.shape(o.x)):
+            return Miss("input has symbolic sizes (dynamic shapes): the batched matmul is built for static ones")
+        return fusion_miss(node) or ("batch_linear", o.form, tensor_key(o.x), tensor_key(o.w), tensor_key(o.b))
 
-    def fuse(self, graph: Graph, nodes: list[Node]) -> None:
+    def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         ops = [linear_operands(n) for n in nodes]
         o = ops[0]
         xshape, n = meta.shape(o.x), len(nodes)
-        with graph.inserting_before(nodes[0]):
-            x = call(graph, torch.stack, [p.x for p in ops])
+        with rw.inserting_before(nodes[0]):
+            x = call(rw, torch.stack, [p.x for p in ops])
             if len(xshape) != 2:
-                x = call(graph, torch.reshape, x, (n, -1, xshape[-1]))
-            w = call(graph, torch.stack, [p.w for p in ops])
+                x = call(rw, torch.reshape, x, (n, -1, xshape[-1]))
+            w = call(rw, torch.stack, [p.w for p in ops])
             if o.weight_is_nk:
-                w = call(graph, torch.transpose, w, 1, 2)
+                w = call(rw, torch.transpose, w, 1, 2)
             if o.b is not None:
-                b = call(graph, torch.stack, [p.b for p in ops])
+                b = call(rw, torch.stack, [p.b for p in ops])
                 if len(meta.shape(o.b)) == 1:
-                    b = call(graph, torch.unsqueeze, b, 1)
-                y = call(graph, torch.baddbmm, b, x, w)
+                    b = call(rw, torch.unsqueeze, b, 1)
+                y = call(rw, torch.baddbmm, b, x, w)
             else:
-                y = call(graph, torch.bmm, x, w)
+                y = call(rw, torch.bmm, x, w)
             if len(xshape) != 2:
-                y = call(graph, torch.reshape, y, (n, *xshape[:-1], o.out_features))
-            replace_with_getitems(graph, nodes, call(graph, torch.unbind, y))
+                y = call(rw, torch.reshape, y, (n, *xshape[:-1], o.out_features))
+            replace_with_getitems(rw, nodes, call(rw, torch.unbind, y))
 
 
 RESHAPES = ({torch.reshape}, {"view", "reshape"})
@@ -209,11 +220,11 @@ def value_id(x: Node) -> Any:
     return ("reshape", value_id(x.args[0]), sizes)
 
 
-def _erase_unused(graph: Graph, node: Node) -> None:
+def _erase_unused(rw: Rewriter, node: Node) -> None:
     """Erase ``node`` and then its reshape/view sources while they have no users left."""
     while is_call(node, *RESHAPES) and not node.users:
         src = node.args[0]
-        graph.erase_node(node)
+        rw.erase(node)
         node = src
 
 
@@ -262,10 +273,10 @@ class BatchLinearLHS(BatchPattern):
             if bt.shape[-1] != o.out_features:
                 return Miss("bias broadcasts over the output features")
             bias = (tuple(bt.shape[:-1]), bt.dtype, str(bt.device))
-        return mutation_miss(node) or ("batch_linear_lhs", o.form, value_id(o.x), o.in_features, wt.dtype,
+        return fusion_miss(node) or ("batch_linear_lhs", o.form, value_id(o.x), o.in_features, wt.dtype,
                                        str(wt.device), bias)
 
-    def fuse(self, graph: Graph, nodes: list[Node]) -> None:
+    def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         """One wider linear for ``nodes``. A member that is itself an earlier group
         (``linear(x, cat(W_j), cat(b_j))`` read only through ``split(.., [N_j])``, as this
         fusion writes it) is unpacked, so a group that grows in two steps concatenates
@@ -291,36 +302,34 @@ class BatchLinearLHS(BatchPattern):
                 sizes += gsizes
                 outs += gouts
                 old.append((n, split, p))
-        with graph.inserting_before(nodes[0]):
-            w = call(graph, torch.cat, ws, wdim)
-            b = None if o.b is None else call(graph, torch.cat, bs, bdim)
+        with rw.inserting_before(nodes[0]):
+            w = call(rw, torch.cat, ws, wdim)
+            b = None if o.b is None else call(rw, torch.cat, bs, bdim)
             if o.form == "linear":
-                y = call(graph, F.linear, o.x, w, b)
+                y = call(rw, F.linear, o.x, w, b)
             elif o.form == "addmm":
-                y = call(graph, torch.addmm, b, o.x, w)
+                y = call(rw, torch.addmm, b, o.x, w)
             else:
-                y = call(graph, torch.matmul, o.x, w)
-            parts = call(graph, torch.split, y, sizes, last)
+                y = call(rw, torch.matmul, o.x, w)
+            parts = call(rw, torch.split, y, sizes, last)
             for i, out in enumerate(outs):
                 if out is None:  # a section of an earlier group that nothing reads
                     continue
-                g = call(graph, operator.getitem, parts, i)
-                for k in ("stack_trace", "nn_module_stack"):
-                    if k in out.meta:
-                        g.meta[k] = out.meta[k]
-                out.replace_all_uses_with(g)
+                g = call(rw, operator.getitem, parts, i)
+                rw.carry_meta(out, g)
+                rw.replace_all_uses(out, g)
         for out in outs:
             if out is not None:
-                graph.erase_node(out)
+                rw.erase(out)
         for n, split, p in old:
-            graph.erase_node(split)
-            graph.erase_node(n)
+            rw.erase(split)
+            rw.erase(n)
             for packed in (p.w, p.b):
                 if packed is not None and not packed.users:
-                    graph.erase_node(packed)
+                    rw.erase(packed)
         for p in ops[1:]:
             if p.x is not o.x:
-                _erase_unused(graph, p.x)
+                _erase_unused(rw, p.x)
 
 
 def _earlier_group(n: Node, p: LinearOperands, wdim: int, bdim: int | None, last: int):
@@ -402,21 +411,21 @@ class BatchLayerNorm(BatchPattern):
         for p in (w, b):
             if p is not None and (meta.tensor(p) is None or meta.tensor(p).dtype != xt.dtype):
                 return Miss("weight or bias is not a tensor node of the input's dtype")
-        return mutation_miss(node) or ("batch_layernorm", tensor_key(x), tuple(ns), tensor_key(w), tensor_key(b),
+        return fusion_miss(node) or ("batch_layernorm", tensor_key(x), tuple(ns), tensor_key(w), tensor_key(b),
                                        float(eps))
 
-    def fuse(self, graph: Graph, nodes: list[Node]) -> None:
+    def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         args = [bind_args(n, LAYER_NORM_ARGS) for n in nodes]
         a0 = args[0]
         ns = tuple(a0["normalized_shape"])
         s = len(meta.shape(a0["input"])) - len(ns)
-        with graph.inserting_before(nodes[0]):
-            z = call(graph, F.layer_norm, call(graph, torch.stack, [a["input"] for a in args], s), ns, eps=a0["eps"])
+        with rw.inserting_before(nodes[0]):
+            z = call(rw, F.layer_norm, call(rw, torch.stack, [a["input"] for a in args], s), ns, eps=a0["eps"])
             if a0["weight"] is not None:
-                z = call(graph, torch.mul, z, call(graph, torch.stack, [a["weight"] for a in args]))
+                z = call(rw, torch.mul, z, call(rw, torch.stack, [a["weight"] for a in args]))
             if a0["bias"] is not None:
-                z = call(graph, torch.add, z, call(graph, torch.stack, [a["bias"] for a in args]))
-            replace_with_getitems(graph, nodes, call(graph, torch.unbind, z, s))
+                z = call(rw, torch.add, z, call(rw, torch.stack, [a["bias"] for a in args]))
+            replace_with_getitems(rw, nodes, call(rw, torch.unbind, z, s))
 
 
 # ------------------------------------------------------------------ unary ops
@@ -461,17 +470,17 @@ class BatchUnary(BatchPattern):
         for k, v in a.items():
             if not isinstance(v, (bool, int, float, type(None))):
                 return Miss(f"argument {k} is not a constant")
-        miss = self.refuse(a) or mutation_miss(node)
+        miss = self.refuse(a) or fusion_miss(node)
         if miss:
             return miss
         return (self.name, tensor_key(x), meta.tensor(node).dtype, tuple(a.items()))
 
-    def fuse(self, graph: Graph, nodes: list[Node]) -> None:
+    def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         a = self.bound(nodes[0])
         kwargs = {k: a[k] for k, default in self.params if a[k] != default or type(a[k]) is not type(default)}
-        with graph.inserting_before(nodes[0]):
-            x = call(graph, torch.stack, [self.bound(n)["input"] for n in nodes])
-            replace_with_getitems(graph, nodes, call(graph, torch.unbind, call(graph, self.canonical, x, **kwargs)))
+        with rw.inserting_before(nodes[0]):
+            x = call(rw, torch.stack, [self.bound(n)["input"] for n in nodes])
+            replace_with_getitems(rw, nodes, call(rw, torch.unbind, call(rw, self.canonical, x, **kwargs)))
 
 
 def _not_inplace(args: dict) -> Miss | None:

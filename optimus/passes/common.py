@@ -6,10 +6,11 @@ from typing import Any, Iterable
 
 import torch
 import torch.nn.functional as F
-from torch.fx import Graph, Node
+from torch.fx import Node
 
 from optimus import meta
 from optimus.pattern import Miss, unchanged_memo
+from optimus.rewriter import Rewriter
 
 
 def arg(node: Node, index: int, name: str, default: Any = None) -> Any:
@@ -69,25 +70,23 @@ def dim_of(d: Any, ndim: int) -> int | None:
     return d if 0 <= d < ndim else None
 
 
-def call(graph: Graph, fn: Any, *args: Any, **kwargs: Any) -> Node:
-    """Create ``call_function(fn, args, kwargs)`` at the graph's insert point and compute
-    its ``example_value``."""
-    n = graph.call_function(fn, tuple(args), kwargs)
-    meta.infer(n)
-    return n
+def call(rw: Rewriter, fn: Any, *args: Any, **kwargs: Any) -> Node:
+    """Create ``call_function(fn, args, kwargs)`` through the Rewriter at the insert point,
+    with its ``example_value`` (:meth:`optimus.rewriter.Rewriter.call`)."""
+    return rw.call(fn, *args, **kwargs)
 
 
-def replace_with_getitems(graph: Graph, nodes: list[Node], tuple_node: Node) -> list[Node]:
+def replace_with_getitems(rw: Rewriter, nodes: list[Node], tuple_node: Node) -> list[Node]:
     """``nodes[i]`` is replaced by ``tuple_node[i]`` for every i (uses rewired, the old node
-    erased). The getitem keeps the old node's ``stack_trace`` and ``nn_module_stack``."""
-    out = [call(graph, operator.getitem, tuple_node, i) for i in range(len(nodes))]
+    erased). The getitem keeps the old node's ``stack_trace`` and ``nn_module_stack``. A
+    use that depends on the old node's strides gets the getitem's ``contiguous()`` when
+    the strides differ (:meth:`optimus.rewriter.Rewriter.replace_all_uses`)."""
+    out = [call(rw, operator.getitem, tuple_node, i) for i in range(len(nodes))]
     for g, n in zip(out, nodes):
-        for k in ("stack_trace", "nn_module_stack"):
-            if k in n.meta:
-                g.meta[k] = n.meta[k]
-        n.replace_all_uses_with(g)
+        rw.carry_meta(n, g)
+        rw.replace_all_uses(n, g)
     for n in nodes:
-        graph.erase_node(n)
+        rw.erase(n)
     return out
 
 

@@ -17,12 +17,13 @@ with the old node's metadata (example value, source, module path) and rewires it
 from __future__ import annotations
 
 import torch
-from torch.fx import Graph, Node
+from torch.fx import Node
 
 from optimus import meta
 from optimus.pattern import Match, Miss, RewritePattern, register
+from optimus.rewriter import Rewriter
 from optimus.passes.common import CAT, SPLIT, STACK, UNBIND, arg, dim_of
-from optimus.passes.split_cat import off_anchor
+from optimus.passes.split_cat import computed_size, off_anchor
 
 ALREADY = Miss("already in canonical form")
 
@@ -45,13 +46,14 @@ class Normalize(RewritePattern):
             return ALREADY
         return Match(node, [node], {"target": target, "args": args, "kwargs": kwargs})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         old = m.anchor
-        with graph.inserting_before(old):
-            new = graph.call_function(m.info["target"], m.info["args"], m.info["kwargs"])
-        new.meta.update(old.meta)
-        old.replace_all_uses_with(new)
-        graph.erase_node(old)
+        with rw.inserting_before(old):
+            new = rw.create("call_function", m.info["target"], m.info["args"], m.info["kwargs"], infer=False)
+        for k, v in old.meta.items():
+            rw.set_meta(new, k, v)
+        rw.replace_all_uses(old, new)
+        rw.erase(old)
 
 
 def _same(a, b) -> bool:
@@ -86,6 +88,7 @@ class NormalizeSplit(Normalize):
     description = "Rewrite a split into torch.split(x, [sizes], dim=d >= 0)."
     preconditions = ("torch.split / torch.functional.split / Tensor.split / x.split(...)",
                      "the split and its input have example values with static sizes",
+                     "the split size is a constant, not computed from the inputs (x.size(1) // 2 stays symbolic)",
                      "not already torch.split(x, [sizes], dim=d >= 0)")
     anchors = frozenset(SPLIT[0]) | frozenset(SPLIT[1])
 
@@ -97,6 +100,9 @@ class NormalizeSplit(Normalize):
         d = dim_of(arg(node, 2, "dim", 0), xt.dim())
         if d is None:
             return Miss("dim is not a static int")
+        computed = computed_size(node)
+        if computed:
+            return computed
         sizes = [t.shape[d] for t in v]
         if not all(type(s) is int for s in sizes):
             return Miss("section sizes are symbolic")

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from torch.fx import Graph, Node
+from torch.fx import Node
 
 from optimus import meta
 from optimus.pattern import Match, Miss, RewritePattern, register
+from optimus.layout import replace_miss
+from optimus.rewriter import Rewriter
 from optimus.passes.common import (CAT, SPLIT, STACK, UNBIND, arg, call, dim_of, is_call,
                                    is_getitem, is_written)
 
@@ -79,10 +81,10 @@ def off_anchor(pattern: RewritePattern, node: Node) -> Miss | None:
     return None if target in pattern.anchors else Miss(f"not one of the ops {pattern.name} starts from")
 
 
-def _erase_if_unused(graph: Graph, nodes: list[Node]) -> None:
+def _erase_if_unused(rw: Rewriter, nodes: list[Node]) -> None:
     for n in nodes:
         if not n._erased and not n.users:
-            graph.erase_node(n)
+            rw.erase(n)
 
 
 @register
@@ -115,11 +117,11 @@ class RemoveUnbindStack(RewritePattern):
             return Miss(f"stack dim {sd} != unbind dim {ud}")
         return mutation_miss(node, y) or Match(node, [node, *items, unbind], {"input": y})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         stack, *rest = m.nodes
-        stack.replace_all_uses_with(m.info["input"])
-        graph.erase_node(stack)
-        _erase_if_unused(graph, rest)
+        rw.replace_all_uses(stack, m.info["input"])
+        rw.erase(stack)
+        _erase_if_unused(rw, rest)
 
 
 @register
@@ -131,7 +133,8 @@ class RemoveStackUnbind(RewritePattern):
     description = "Unbinding a stack on the stack's dim gives back the stacked tensors."
     preconditions = ("unbind's input is a stack", "unbind dim == stack dim (normalised)",
                      "every user of the unbind is a getitem with a constant index",
-                     "no value aliasing a piece or a stacked tensor is written in place")
+                     "no value aliasing a piece or a stacked tensor is written in place",
+                     "no piece whose strides a use depends on (view, as_strided, graph output ...) gets other strides")
     anchors = frozenset(UNBIND[0]) | frozenset(UNBIND[1])
 
     def match(self, node: Node):
@@ -152,16 +155,17 @@ class RemoveStackUnbind(RewritePattern):
             return Miss(f"unbind dim {p[1]} != stack dim {sd}")
         if not all(is_getitem(u) and isinstance(u.args[1], int) for u in node.users):
             return Miss("the unbind has a user that is not a getitem")
-        return mutation_miss(node, *xs) or Match(node, [node, s, *node.users], {"tensors": list(xs)})
+        return (mutation_miss(node, *xs) or layout_miss(node.users, xs)
+                or Match(node, [node, s, *node.users], {"tensors": list(xs)}))
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         unbind, stack, *items = m.nodes
         xs = m.info["tensors"]
         for g in items:
-            g.replace_all_uses_with(xs[g.args[1]])
-            graph.erase_node(g)
-        graph.erase_node(unbind)
-        _erase_if_unused(graph, [stack])
+            rw.replace_all_uses(g, xs[g.args[1]])
+            rw.erase(g)
+        rw.erase(unbind)
+        _erase_if_unused(rw, [stack])
 
 
 @register
@@ -192,11 +196,11 @@ class RemoveSplitCat(RewritePattern):
             return Miss(f"cat dim {cd} != split dim {sd}")
         return mutation_miss(node, x) or Match(node, [node, *items, split], {"input": x})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         cat, *rest = m.nodes
-        cat.replace_all_uses_with(m.info["input"])
-        graph.erase_node(cat)
-        _erase_if_unused(graph, rest)
+        rw.replace_all_uses(cat, m.info["input"])
+        rw.erase(cat)
+        _erase_if_unused(rw, rest)
 
 
 @register
@@ -209,7 +213,8 @@ class RemoveCatSplit(RewritePattern):
     preconditions = ("split's input is a cat on the same dim (normalised)",
                      "piece i has the size of cat input i along that dim",
                      "every user of the split is a getitem with a constant index",
-                     "no value aliasing a piece or a cat input is written in place")
+                     "no value aliasing a piece or a cat input is written in place",
+                     "no piece whose strides a use depends on (view, as_strided, graph output ...) gets other strides")
     anchors = frozenset(SPLIT[0]) | frozenset(SPLIT[1])
 
     def match(self, node: Node):
@@ -234,16 +239,17 @@ class RemoveCatSplit(RewritePattern):
             return Miss(f"split pieces {pieces} do not match the cat inputs {inputs}")
         if not all(is_getitem(u) and isinstance(u.args[1], int) for u in node.users):
             return Miss("the split has a user that is not a getitem")
-        return mutation_miss(node, *xs) or Match(node, [node, c, *node.users], {"tensors": list(xs)})
+        return (mutation_miss(node, *xs) or layout_miss(node.users, xs)
+                or Match(node, [node, c, *node.users], {"tensors": list(xs)}))
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         split, cat, *items = m.nodes
         xs = m.info["tensors"]
         for g in items:
-            g.replace_all_uses_with(xs[g.args[1]])
-            graph.erase_node(g)
-        graph.erase_node(split)
-        _erase_if_unused(graph, [cat])
+            rw.replace_all_uses(g, xs[g.args[1]])
+            rw.erase(g)
+        rw.erase(split)
+        _erase_if_unused(rw, [cat])
 
 
 # =========================================================================== shared analysis
@@ -266,6 +272,21 @@ class Parts:
         return sum(self.sizes[:i])
 
 
+def computed_size(node: Node) -> Miss | None:
+    """A Miss when a split's section sizes (``split_size_or_sections``) are computed in
+    the graph (``x.size(1) // 2`` under symbolic capture; a SymInt under dynamic shapes):
+    a rewrite that read them from the example value would fix them to the example's
+    sizes, and the graph would then fail (or be wrong) on another input shape."""
+    if is_call(node, *UNBIND):
+        return None
+    sizes = arg(node, 1, "split_size_or_sections", arg(node, 1, "split_size", None))
+    found: list[Node] = []
+    torch.fx.node.map_arg(sizes, found.append)
+    if found:
+        return Miss(f"section sizes are computed from the inputs ({found[0].name}); a constant would specialise them")
+    return None
+
+
 def parts_of(node: Node) -> Parts | Miss:
     """The :class:`Parts` of a split (any spelling: ``torch.split``, ``Tensor.split``, the
     method) or unbind node, or a Miss saying why it cannot be read."""
@@ -279,6 +300,9 @@ def parts_of(node: Node) -> Parts | Miss:
     d = dim_of(arg(node, 1 if unbind else 2, "dim", 0), xt.dim())
     if d is None:
         return Miss("dim is not a static int")
+    computed = computed_size(node)
+    if computed:
+        return computed
     sizes = [1] * len(v) if unbind else [t.shape[d] for t in v]
     if not all(type(s) is int for s in sizes):
         return Miss("section sizes are symbolic")
@@ -391,32 +415,40 @@ def cat_args(node: Node) -> tuple[list[Node], int] | Miss:
     return list(tensors), d
 
 
-def carry_meta(old: Node, new: Node) -> None:
+def carry_meta(rw: Rewriter, old: Node, new: Node) -> None:
     """Give a created node the source location and module path of the node it replaces."""
-    for k in ("stack_trace", "nn_module_stack"):
-        if k in old.meta and k not in new.meta:
-            new.meta[k] = old.meta[k]
+    rw.carry_meta(old, new)
 
 
-def swap(graph: Graph, old: Node, new: Node) -> None:
+def swap(rw: Rewriter, old: Node, new: Node) -> None:
     """Rewire every use of ``old`` to ``new`` and erase ``old``. A ``new`` without users yet
     (one the rewrite just created) takes over ``old``'s source location and module path."""
     if not new.users:
-        carry_meta(old, new)
-    old.replace_all_uses_with(new)
-    graph.erase_node(old)
+        carry_meta(rw, old, new)
+    rw.replace_all_uses(old, new)
+    rw.erase(old)
 
 
-def getitems_of(graph: Graph, node: Node) -> Callable[[int], Node]:
+def getitems_of(rw: Rewriter, node: Node) -> Callable[[int], Node]:
     """``get(i)``: the getitem ``node[i]``, created on first use at the insert point."""
     made: dict[int, Node] = {}
 
     def get(i: int) -> Node:
         if i not in made:
-            made[i] = call(graph, operator.getitem, node, i)
+            made[i] = call(rw, operator.getitem, node, i)
         return made[i]
 
     return get
+
+
+def layout_miss(items, xs) -> Miss | None:
+    """A Miss when a piece ``g = P[i]`` among ``items`` would be replaced by ``xs[i]`` with
+    other strides that a use of ``g`` depends on (:func:`optimus.layout.replace_miss`)."""
+    for g in items:
+        miss = replace_miss(g, xs[g.args[1]])
+        if miss:
+            return miss
+    return None
 
 
 def mutation_miss(*nodes: Node) -> Miss | None:
@@ -428,8 +460,8 @@ def mutation_miss(*nodes: Node) -> Miss | None:
     return None
 
 
-def movedim(graph: Graph, t: Node, src: int, dst: int) -> Node:
-    return t if src == dst else call(graph, torch.movedim, t, src, dst)
+def movedim(rw: Rewriter, t: Node, src: int, dst: int) -> Node:
+    return t if src == dst else call(rw, torch.movedim, t, src, dst)
 
 
 def block_ok(run: Run, stack: bool, e: int) -> bool:
@@ -440,7 +472,7 @@ def block_ok(run: Run, stack: bool, e: int) -> bool:
     return p.unbind or (not stack and e == p.dim) or len(set(p.sizes[run.first:run.last + 1])) == 1
 
 
-def as_block(graph: Graph, span: Node, run: Run, stack: bool, e: int) -> Node:
+def as_block(rw: Rewriter, span: Node, run: Run, stack: bool, e: int) -> Node:
     """``cat(pieces, e)`` (or ``stack(pieces, e)``) of the ``run.n`` consecutive pieces, built
     from ``span``, the run's extent of the split/unbind input along its dim ``a``:
 
@@ -454,12 +486,12 @@ def as_block(graph: Graph, span: Node, run: Run, stack: bool, e: int) -> Node:
     p = run.parts
     if not p.unbind and not stack and e == p.dim:
         return span
-    t = span if p.unbind else call(graph, torch.unflatten, span, p.dim, (run.n, p.sizes[run.first]))
-    t = movedim(graph, t, p.dim, e)
-    return t if stack else call(graph, torch.flatten, t, e, e + 1)
+    t = span if p.unbind else call(rw, torch.unflatten, span, p.dim, (run.n, p.sizes[run.first]))
+    t = movedim(rw, t, p.dim, e)
+    return t if stack else call(rw, torch.flatten, t, e, e + 1)
 
 
-def rebuild(graph: Graph, user: Node, segs: list, block_of: Callable[[Run], Node | None], e: int) -> None:
+def rebuild(rw: Rewriter, user: Node, segs: list, block_of: Callable[[Run], Node | None], e: int) -> None:
     """Replace the cat/stack ``user`` (its list grouped into ``segs``) by ``cat(parts, e)``:
     each Run that ``block_of`` turns into a block is that block; other entries stay as
     they are in a cat, and consecutive ones are stacked together in a stack. A single part
@@ -467,19 +499,19 @@ def rebuild(graph: Graph, user: Node, segs: list, block_of: Callable[[Run], Node
     stack = is_call(user, *STACK)
     parts: list[Node] = []
     loose: list[Node] = []
-    with graph.inserting_before(user):
+    with rw.inserting_before(user):
         for s in segs:
             b = block_of(s) if isinstance(s, Run) else None
             if b is None:
                 (loose if stack else parts).extend(s.items if isinstance(s, Run) else [s])
                 continue
             if loose:
-                parts.append(call(graph, torch.stack, loose, dim=e))
+                parts.append(call(rw, torch.stack, loose, dim=e))
                 loose = []
             parts.append(b)
         if loose:
-            parts.append(call(graph, torch.stack, loose, dim=e))
-        swap(graph, user, parts[0] if len(parts) == 1 else call(graph, torch.cat, parts, dim=e))
+            parts.append(call(rw, torch.stack, loose, dim=e))
+        swap(rw, user, parts[0] if len(parts) == 1 else call(rw, torch.cat, parts, dim=e))
 
 
 def cat_stack_layouts(parts: Parts, items: list[tuple[Node, int]]) -> dict[Node, tuple[list, int]]:
@@ -526,12 +558,12 @@ class RemoveSplitWithSizeOne(RewritePattern):
             return Miss("split has no users")
         return mutation_miss(p.input) or Match(node, [node, *(g for g, _ in items)], {"input": p.input})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         split, *items = m.nodes
         for g in items:
-            g.replace_all_uses_with(m.info["input"])
-            graph.erase_node(g)
-        graph.erase_node(split)
+            rw.replace_all_uses(g, m.info["input"])
+            rw.erase(g)
+        rw.erase(split)
 
 
 # =========================================================================== merge_splits_pass
@@ -579,21 +611,21 @@ class MergeSplits(RewritePattern):
             node, [node, *(h for h, _ in b_items), outer.node, *(h for h, _ in a_items)],
             {"outer": outer, "inner": inner, "index": i, "a": a_items, "b": b_items})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         outer, inner, i = m.info["outer"], m.info["inner"], m.info["index"]
         sizes = outer.sizes[:i] + inner.sizes + outer.sizes[i + 1:]
-        with graph.inserting_before(outer.node):  # erased last, so the insert point stays live
-            new = call(graph, torch.split, outer.input, sizes, dim=outer.dim)
-            get = getitems_of(graph, new)
+        with rw.inserting_before(outer.node):  # erased last, so the insert point stays live
+            new = call(rw, torch.split, outer.input, sizes, dim=outer.dim)
+            get = getitems_of(rw, new)
             for h, k in m.info["b"]:
-                swap(graph, h, get(i + k))
-            graph.erase_node(inner.node)
+                swap(rw, h, get(i + k))
+            rw.erase(inner.node)
             for h, j in m.info["a"]:
                 if j == i:
-                    graph.erase_node(h)
+                    rw.erase(h)
                 else:
-                    swap(graph, h, get(j if j < i else j + len(inner.sizes) - 1))
-        graph.erase_node(outer.node)
+                    swap(rw, h, get(j if j < i else j + len(inner.sizes) - 1))
+        rw.erase(outer.node)
 
 
 # =========================================================================== split_cat_pass
@@ -662,29 +694,29 @@ class SimplifySplitCat(RewritePattern):
             {"parts": p, "items": items, "sections": sections, "ranges": ranges,
              "layouts": {u: layouts[u] for u in users}, "merged": merged})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         p: Parts = m.info["parts"]
         sections, merged, needed = m.info["sections"], m.info["merged"], m.info["ranges"]
-        with graph.inserting_before(p.node):  # erased last, so the insert point stays live
+        with rw.inserting_before(p.node):  # erased last, so the insert point stays live
             if len(sections) == 1:
                 new_of = {r: p.input for r in needed}
             else:
                 sizes = [sum(p.sizes[a:b + 1]) for a, b in sections]
-                get = getitems_of(graph, call(graph, torch.split, p.input, sizes, dim=p.dim))
+                get = getitems_of(rw, call(rw, torch.split, p.input, sizes, dim=p.dim))
                 new_of = {r: get(sections.index(r)) for r in sorted(needed)}
         for user, (segs, e) in m.info["layouts"].items():
             chosen = {id(r) for r in merged[user]}
             stack = is_call(user, *STACK)
-            rebuild(graph, user, segs, lambda r: as_block(graph, new_of[(r.first, r.last)], r, stack, e)
+            rebuild(rw, user, segs, lambda r: as_block(rw, new_of[(r.first, r.last)], r, stack, e)
                     if id(r) in chosen else None, e)
         for g, i in m.info["items"]:
             if g.users:
                 new = new_of[(i, i)]
                 if new is not p.input:
-                    carry_meta(g, new)
-                g.replace_all_uses_with(new)
-            graph.erase_node(g)
-        graph.erase_node(p.node)
+                    carry_meta(rw, g, new)
+                rw.replace_all_uses(g, new)
+            rw.erase(g)
+        rw.erase(p.node)
 
 
 def _squeeze_dim(node: Node) -> int | None:
@@ -727,15 +759,15 @@ class MergeSplitSqueeze(RewritePattern):
         return mutation_miss(p.input) or Match(node, [node, *(g for g, _ in items), *(u for u, _ in squeezes)],
                                                {"parts": p, "items": items, "squeezes": squeezes})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         p: Parts = m.info["parts"]
-        with graph.inserting_before(p.node):
-            get = getitems_of(graph, call(graph, torch.unbind, p.input, dim=p.dim))
+        with rw.inserting_before(p.node):
+            get = getitems_of(rw, call(rw, torch.unbind, p.input, dim=p.dim))
             for u, i in m.info["squeezes"]:
-                swap(graph, u, get(i))
+                swap(rw, u, get(i))
         for g, _ in m.info["items"]:
-            graph.erase_node(g)
-        graph.erase_node(p.node)
+            rw.erase(g)
+        rw.erase(p.node)
 
 
 # =========================================================================== unbind_stack_pass
@@ -774,12 +806,12 @@ class MergeUnbindStack(RewritePattern):
         return mutation_miss(p.input, *layouts) or Match(node, [node, *(g for g, _ in items), *layouts],
                                                         {"parts": p, "items": items, "layouts": layouts})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         p: Parts = m.info["parts"]
         for user, (segs, e) in m.info["layouts"].items():
             stack = is_call(user, *STACK)
-            rebuild(graph, user, segs, lambda r: as_block(graph, p.input, r, stack, e) if r.full else None, e)
-        _erase_if_unused(graph, [*(g for g, _ in m.info["items"]), p.node])
+            rebuild(rw, user, segs, lambda r: as_block(rw, p.input, r, stack, e) if r.full else None, e)
+        _erase_if_unused(rw, [*(g for g, _ in m.info["items"]), p.node])
 
 
 # =========================================================================== merge_getitem_cat_pass / mutate_cat_pass
@@ -829,19 +861,19 @@ class MergeGetitemCat(RewritePattern):
         return mutation_miss(run.parts.input, node) or Match(
             node, [node, *(g for g, _ in items), run.parts.node], {"run": run, "items": items})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         run: Run = m.info["run"]
         p = run.parts
         sizes = p.sizes[:run.first] + [run.length] + p.sizes[run.last + 1:]
-        with graph.inserting_before(p.node):  # erased last, so the insert point stays live
-            get = getitems_of(graph, call(graph, torch.split, p.input, sizes, dim=p.dim))
-            swap(graph, m.anchor, get(run.first))
+        with rw.inserting_before(p.node):  # erased last, so the insert point stays live
+            get = getitems_of(rw, call(rw, torch.split, p.input, sizes, dim=p.dim))
+            swap(rw, m.anchor, get(run.first))
             for g, j in m.info["items"]:
                 if run.first <= j <= run.last:
-                    graph.erase_node(g)
+                    rw.erase(g)
                 else:
-                    swap(graph, g, get(j if j < run.first else j - run.n + 1))
-        graph.erase_node(p.node)
+                    swap(rw, g, get(j if j < run.first else j - run.n + 1))
+        rw.erase(p.node)
 
 
 @register
@@ -866,13 +898,13 @@ class MutateCat(RewritePattern):
         run, _ = r
         return mutation_miss(run.parts.input, node) or Match(node, [node, *run.items, run.parts.node], {"run": run})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         run: Run = m.info["run"]
         cat, *rest = m.nodes
         if run.full:
-            cat.replace_all_uses_with(run.parts.input)
-            graph.erase_node(cat)
+            rw.replace_all_uses(cat, run.parts.input)
+            rw.erase(cat)
         else:
-            with graph.inserting_before(cat):
-                swap(graph, cat, call(graph, torch.narrow, run.parts.input, run.parts.dim, run.offset, run.length))
-        _erase_if_unused(graph, rest)
+            with rw.inserting_before(cat):
+                swap(rw, cat, call(rw, torch.narrow, run.parts.input, run.parts.dim, run.offset, run.length))
+        _erase_if_unused(rw, rest)

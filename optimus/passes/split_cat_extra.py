@@ -18,10 +18,11 @@ import copy
 import operator
 
 import torch
-from torch.fx import Graph, Node
+from torch.fx import Node
 
 from optimus import meta
 from optimus.pattern import Match, Miss, RewritePattern, register
+from optimus.rewriter import Rewriter
 from optimus.passes.common import CAT, STACK, arg, call, is_call, is_getitem
 from optimus.passes.split_cat import (Run, _erase_if_unused, as_block, block_ok, cat_args, getitem_piece, movedim,
                                       mutation_miss, off_anchor, rebuild, segments, swap)
@@ -33,7 +34,7 @@ class ToSlices(RewritePattern):
     """Base of the threshold patterns, anchored at a cat/stack. Subclasses give ``piece``
     (which list entries are pieces); a Run that is every piece, or has at least
     ``threshold_to_cat`` pieces, and that :func:`block_ok` accepts becomes
-    ``view(graph, run, dim)`` (default: :func:`as_block` of the run's span of the input)."""
+    ``view(rw, run, dim)`` (default: :func:`as_block` of the run's span of the input)."""
 
     threshold_to_cat = 10
 
@@ -49,8 +50,8 @@ class ToSlices(RewritePattern):
     def piece(self, d: int):
         raise NotImplementedError
 
-    def view(self, graph: Graph, run: Run, d: int, stack: bool) -> Node:
-        return as_block(graph, _narrow(graph, run), run, stack, d)
+    def view(self, rw: Rewriter, run: Run, d: int, stack: bool) -> Node:
+        return as_block(rw, _narrow(rw, run), run, stack, d)
 
     def match(self, node: Node):
         if off := off_anchor(self, node):
@@ -70,18 +71,18 @@ class ToSlices(RewritePattern):
         return mutation_miss(node, *{r.parts.input for r in runs}) or Match(
             node, site, {"segments": segs, "runs": runs, "dim": d, "stack": stack})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
         d, stack = m.info["dim"], m.info["stack"]
         convert = {id(r) for r in m.info["runs"]}
-        rebuild(graph, m.anchor, m.info["segments"],
-                lambda r: self.view(graph, r, d, stack) if id(r) in convert else None, d)
-        _erase_if_unused(graph, m.nodes[1:])
+        rebuild(rw, m.anchor, m.info["segments"],
+                lambda r: self.view(rw, r, d, stack) if id(r) in convert else None, d)
+        _erase_if_unused(rw, m.nodes[1:])
 
 
-def _narrow(graph: Graph, run: Run) -> Node:
+def _narrow(rw: Rewriter, run: Run) -> Node:
     """The run's span of the split/unbind input: the input itself for a whole run."""
     p = run.parts
-    return p.input if run.full else call(graph, torch.narrow, p.input, p.dim, run.offset, run.length)
+    return p.input if run.full else call(rw, torch.narrow, p.input, p.dim, run.offset, run.length)
 
 
 @register
@@ -178,10 +179,10 @@ class MoveReshapeOutOfSplitStack(ToSlices):
 
         return piece
 
-    def view(self, graph: Graph, run: Run, d: int, stack: bool) -> Node:
-        t = as_block(graph, _narrow(graph, run), run, True, 0)  # (n, *piece shape)
-        t = call(graph, torch.reshape, t, (run.n, *meta.shape(run.items[0])))
-        return movedim(graph, t, 0, d)
+    def view(self, rw: Rewriter, run: Run, d: int, stack: bool) -> Node:
+        t = as_block(rw, _narrow(rw, run), run, True, 0)  # (n, *piece shape)
+        t = call(rw, torch.reshape, t, (run.n, *meta.shape(run.items[0])))
+        return movedim(rw, t, 0, d)
 
 
 # =========================================================================== einsum_to_pointwise_pass
@@ -239,8 +240,8 @@ class EinsumToPointwise(RewritePattern):
             return Miss("no user is an add")
         return Match(node, [node], {"x": ops[0], "w": ops[1]})
 
-    def rewrite(self, graph: Graph, m: Match) -> None:
-        with graph.inserting_before(m.anchor):
-            prod = call(graph, torch.mul, call(graph, torch.unsqueeze, m.info["x"], -1), m.info["w"])
-            swap(graph, m.anchor, call(graph, torch.sum, prod, -2))
+    def rewrite(self, rw: Rewriter, m: Match) -> None:
+        with rw.inserting_before(m.anchor):
+            prod = call(rw, torch.mul, call(rw, torch.unsqueeze, m.info["x"], -1), m.info["w"])
+            swap(rw, m.anchor, call(rw, torch.sum, prod, -2))
 

@@ -1,8 +1,8 @@
 """A horizontal (batch) pattern, written as a BatchPattern subclass.
 
 ``key(node)`` returns a group key (nodes with equal keys may fuse) or a ``Miss`` saying
-why the node cannot take part; ``fuse(graph, nodes)`` rewrites one group of independent
-nodes that the greedy search found. ``anchors`` lists the targets worth keying.
+why the node cannot take part; ``fuse(rw, nodes)`` rewrites one group of independent
+nodes that the search found, changing the graph only through the Rewriter ``rw``. ``anchors`` lists the targets worth keying.
 """
 
 import torch
@@ -22,12 +22,12 @@ class BatchSigmoid(BatchPattern):
             return Miss("no tensor example value")
         return (tuple(v.shape), v.dtype)
 
-    def fuse(self, graph, nodes):
-        with graph.inserting_before(nodes[0]):
-            stacked = call(graph, torch.stack, [n.args[0] for n in nodes])
-            fused = call(graph, torch.sigmoid, stacked)
-            pieces = call(graph, torch.unbind, fused)
-        replace_with_getitems(graph, nodes, pieces)
+    def fuse(self, rw, nodes):
+        with rw.inserting_before(nodes[0]):
+            stacked = call(rw, torch.stack, [n.args[0] for n in nodes])
+            fused = call(rw, torch.sigmoid, stacked)
+            pieces = call(rw, torch.unbind, fused)
+            replace_with_getitems(rw, nodes, pieces)
 
 
 PATTERNS = [BatchSigmoid]

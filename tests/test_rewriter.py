@@ -1,0 +1,232 @@
+"""The Rewriter: every change goes through it, and a step that raises or leaves the graph
+invalid is rolled back to exactly the graph before it, recorded as failed, and the run
+goes on with the pattern disabled at that site (or stops, by option)."""
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+from optimus.capture import capture
+from optimus.engine import Engine, Pass, PatternError, Pipeline, RunOptions
+from optimus.passes.common import RELU, call, is_call
+from optimus.pattern import Match, Miss, RewritePattern
+from optimus.rewriter import InvalidGraph, Listener, Rewriter, find_cycle
+from optimus.trace import Trace
+
+
+def fingerprint(graph) -> list[tuple]:
+    """Everything that makes a graph this graph: node order, identity, names, ops,
+    targets, arguments (node references by identity), users in order, example values."""
+    out = []
+    for n in graph.nodes:
+        args = torch.fx.node.map_arg((n.args, dict(n.kwargs)), lambda a: ("node", id(a), a.name))
+        out.append((id(n), n.name, n.op, str(n.target), repr(args), [id(u) for u in n.users],
+                    id(n.meta.get("example_value")), sorted(n.meta)))
+    return out
+
+
+class TwoTowers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.a(x)) + torch.relu(self.b(x)))
+
+
+def _captured():
+    torch.manual_seed(0)
+    return capture(TwoTowers().eval(), (torch.randn(3, 4),))
+
+
+class ReluToClamp(RewritePattern):
+    """relu(x) -> clamp(x, min=0): right, so a rolled-back site and a rewritten one can be compared."""
+
+    name = "relu_to_clamp"
+    anchors = frozenset(RELU[0]) | frozenset(RELU[1])
+
+    def __init__(self, breaks_at: int = 0):
+        self.breaks_at, self.calls = breaks_at, 0
+
+    def match(self, node):
+        return Match(node, [node]) if is_call(node, *RELU) else Miss("not relu")
+
+    def rewrite(self, rw, m):
+        self.calls += 1
+        (n,) = m.nodes
+        with rw.inserting_before(n):
+            c = call(rw, torch.clamp, n.args[0], min=0.0)
+        if self.calls == self.breaks_at:
+            self.breaks(rw, n, c)
+        rw.replace_all_uses(n, c)
+        rw.erase(n)
+
+    def breaks(self, rw, n, c):
+        raise RuntimeError("broken after creating a node")
+
+
+class MakesCycle(ReluToClamp):
+    name = "makes_cycle"
+
+    def breaks(self, rw, n, c):
+        rw.replace_all_uses(n, c)          # the relu's user now reads the clamp ...
+        user = next(iter(c.users))
+        rw.modify(c, args=(user,))         # ... and the clamp reads that user: a cycle
+        rw.erase(n)
+
+
+class ErasesUsedNode(ReluToClamp):
+    name = "erases_used_node"
+
+    def breaks(self, rw, n, c):
+        rw.erase(n.args[0])                 # the linear feeding the relu still has users
+
+
+class MutatesDirectly(ReluToClamp):
+    name = "mutates_directly"
+
+    def breaks(self, rw, n, c):
+        n.replace_all_uses_with(c)         # around the Rewriter
+
+
+@pytest.mark.parametrize("pattern,kind,error", [
+    (ReluToClamp(breaks_at=1), "raised", "RuntimeError"),
+    (MakesCycle(breaks_at=1), "invalid", "InvalidGraph"),
+    (ErasesUsedNode(breaks_at=1), "raised", "RuntimeError"),
+    (MutatesDirectly(breaks_at=1), "direct-mutation", "DirectMutation"),
+])
+def test_a_broken_step_is_rolled_back_exactly_recorded_failed_and_the_run_goes_on(pattern, kind, error):
+    c = _captured()
+    before = fingerprint(c.gm.graph)
+    eng = Engine(c.gm, c.example_inputs, Pipeline([Pass("p", [pattern], max_iterations=2)]),
+                 RunOptions(verify="step"))
+    seen = []
+    gen = eng.steps()
+    first = next(gen)
+    seen.append(first)
+    # the graph after the failed (first) step is the graph before it, node for node
+    assert first.error is not None and first.error["kind"] == kind and first.error["type"] == error
+    assert fingerprint(c.gm.graph) == before, "the rolled-back graph differs from the graph before the step"
+    seen.extend(gen)
+    failed = [s for s in seen if s.error]
+    ok = [s for s in seen if not s.error]
+    assert len(failed) == 1 and len(ok) == 1                 # the other relu is still rewritten
+    assert failed[0].sites != ok[0].sites                    # and the broken site is not retried
+    assert all(s.verify.ok for s in ok)
+    assert eng.trace.final_verify.ok
+    assert failed[0].delta.upsert == [] and failed[0].delta.remove == []
+    src = failed[0].error["source"]
+    assert re.fullmatch(r"tests/test_rewriter\.py:\d+", src), src
+    line = int(src.rsplit(":", 1)[1])
+    code = Path(__file__).read_text().splitlines()[line - 1]
+    assert "def breaks" not in code and code.strip()        # the line in the pattern that raised
+    assert sum(1 for n in c.gm.graph.nodes if n.target is torch.clamp) == 1
+    assert sum(1 for n in c.gm.graph.nodes if is_call(n, *RELU)) == 1
+
+
+def test_on_error_stop_raises_with_the_graph_as_before_the_step():
+    c = _captured()
+    before = fingerprint(c.gm.graph)
+    eng = Engine(c.gm, c.example_inputs, Pipeline([Pass("p", [ReluToClamp(breaks_at=1)])]),
+                 RunOptions(verify="off", on_error="stop"))
+    with pytest.raises(PatternError, match="broken after creating a node") as e:
+        eng.run()
+    assert e.value.pattern == "relu_to_clamp" and e.value.site
+    assert fingerprint(c.gm.graph) == before
+    assert eng.trace.steps[-1].error["kind"] == "raised"
+
+
+def test_rollback_restores_users_order_erased_nodes_and_metadata():
+    c = _captured()
+    g = c.gm.graph
+    before = fingerprint(g)
+    relus = [n for n in g.nodes if is_call(n, *RELU)]
+    lin = relus[0].args[0]
+    rw = Rewriter(g)
+    with rw.guarding(c.gm):
+        with rw.inserting_before(relus[0]):
+            t = call(rw, torch.tanh, lin)
+        rw.replace_all_uses(relus[0], t)
+        rw.erase(relus[0])
+        rw.set_meta(lin, "stack_trace", "changed")
+        rw.modify(relus[1], args=(t,))
+        rw.replace_input(next(iter(t.users)), t, relus[1])
+    assert fingerprint(g) != before
+    rw.rollback()
+    assert fingerprint(g) == before
+    g.lint()
+    assert relus[0] in list(g.nodes) and not relus[0]._erased
+
+
+def test_listeners_hear_every_change_in_order():
+    c = _captured()
+    g = c.gm.graph
+    heard = []
+
+    class Ear(Listener):
+        def notify_inserted(self, node):
+            heard.append(("inserted", node.target))
+
+        def notify_erased(self, node):
+            heard.append(("erased", node.name))
+
+        def notify_replaced(self, old, new, users):
+            heard.append(("replaced", old.name, new.name, len(users)))
+
+        def notify_modified(self, node, old_inputs):
+            heard.append(("modified", node.name))
+
+    relu = next(n for n in g.nodes if is_call(n, *RELU))
+    rw = Rewriter(g, [Ear()])
+    with rw.inserting_before(relu):
+        t = call(rw, torch.tanh, relu.args[0])
+    rw.replace_all_uses(relu, t)
+    rw.erase(relu)
+    rw.modify(t, kwargs={})
+    assert heard == [("inserted", torch.tanh), ("replaced", relu.name, t.name, 1), ("erased", relu.name),
+                     ("modified", t.name)]
+
+
+def test_find_cycle_names_the_cycle_and_ignores_acyclic_changes():
+    c = _captured()
+    g = c.gm.graph
+    relu = next(n for n in g.nodes if is_call(n, *RELU))
+    user = next(iter(relu.users))
+    assert find_cycle([relu, user], None) is None
+    rw = Rewriter(g)
+    rw.modify(relu, args=(user,))
+    cyc = find_cycle(list(rw.changed), None)
+    assert cyc and cyc[0] is relu and cyc[-1] is relu
+    with pytest.raises(InvalidGraph, match="cycle"):
+        rw.validate()
+    rw.rollback()
+    rw2 = Rewriter(g)
+    rw2.validate()
+
+
+def test_no_shipped_pattern_mutates_the_graph_directly():
+    """Every change in optimus/passes/ goes through the Rewriter: no FX mutator is called there."""
+    mutators = re.compile(r"\.(replace_all_uses_with|replace_input_with|erase_node|create_node|call_function|"
+                          r"call_method|placeholder|get_attr|output|prepend|_update_args_kwargs|"
+                          r"inserting_after)\(|\.(args|kwargs|target|op|name)\s*=[^=]|\.meta\[[^\]]*\]\s*=[^=]|"
+                          r"\.meta\.(update|pop|setdefault)\(")
+    root = Path(__file__).resolve().parent.parent / "optimus" / "passes"
+    hits = [f"{p.name}:{i}: {line.strip()}" for p in sorted(root.glob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if mutators.search(line)]
+    assert hits == []
+
+
+def test_failed_steps_round_trip_through_json_and_old_traces_still_load():
+    c = _captured()
+    t = Engine(c.gm, c.example_inputs, Pipeline([Pass("p", [ReluToClamp(breaks_at=1)])]),
+               RunOptions(verify="off")).run()
+    assert any(s.error for s in t.steps)
+    back = Trace.loads(t.dumps())
+    assert back.to_json() == t.to_json()
+    assert back.failed_steps() == [s for s in back.steps if s.error]
+    old = t.to_json()
+    for s in old["steps"]:
+        s.pop("error", None)
+    assert all(s.error is None for s in Trace.from_json(old).steps)
