@@ -213,6 +213,18 @@ def _simulate(user: Node, stands: tuple[Node, ...], new_value: torch.Tensor | No
     return fn(*args, **kwargs)
 
 
+def _static_contiguous(t: torch.Tensor) -> bool:
+    """Contiguous, decided on plain-int sizes and strides only (False when any is symbolic)."""
+    expected = 1
+    for n, st in zip(reversed(t.shape), reversed(t.stride())):
+        if type(n) is not int or type(st) is not int:
+            return False
+        if n != 1 and st != expected:
+            return False
+        expected *= n
+    return True
+
+
 def _same_static_strides(a: Any, b: Any) -> bool:
     """Equal strides, all plain ints (no symbolic comparison, which would add a guard)."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
@@ -345,7 +357,7 @@ def fresh_output_miss(node: Node):
     from optimus.pattern import Miss
 
     t = _tensor(node)
-    if t is None or is_dense(node) or t.layout != torch.strided:
+    if t is None or t.layout != torch.strided or _static_contiguous(t) or is_dense(node):
         return None
     with getattr(t, "fake_mode", None) or nullcontext():
         fresh = torch.empty_like(t, memory_format=torch.contiguous_format)
