@@ -16,6 +16,7 @@ import streamlit as st
 import sample_models
 import viz
 from app import lab_runner
+from app.graphview import show_view
 
 STARTERS = {"pattern / replacement functions": "functions.py", "declarative rule (optimus.lang)": "rule.py",
             "BatchPattern class": "batch.py"}
@@ -135,14 +136,7 @@ def preview_panel(r) -> None:
         st.warning(f"**{m.pattern}** does not match at `{m.node}`: {m.reason}")
         marks = viz.Marks(groups={n: 0 for n in m.partial or [m.node]},
                           group_labels=[f"best partial match of {m.pattern}"])
-    view = viz.graph_view(snap, marks, title="", legend_in_graph=False)
-    try:
-        out = viz.render_view(view)
-    except viz.RenderError as e:
-        st.error(str(e))
-        return
-    notes = view.notes + ([out.note] if out.note else [])
-    st.iframe(viz.panes_html([("", out.svg)], view.focus, view.legend, notes), height=520)
+    show_view(viz.graph_view(snap, marks, title="", legend_in_graph=False), height=520)
 
 
 def apply_panel(state, r) -> None:

@@ -18,6 +18,8 @@ import sample_models
 import viz
 from app import compare_view, debug, inspector, toggles, upstream
 from app import state as S
+from app.graphview import drawn_note as _drawn_note
+from app.graphview import show_view
 from app.timing import timing_panel
 from optimus.passes import default_pipeline, pass_catalogue
 
@@ -255,29 +257,6 @@ def _cached(kind: str, key: tuple, make):
                 del cache[old]
         cache[k] = make()
     return cache[k]
-
-
-def show_view(view: viz.GraphView, height: int, text_scale: float = 1.0) -> None:
-    """Lay out ``view`` (bounded; cached by its DOT source) and show it with pan/zoom, opened on its marked nodes."""
-    try:
-        out = viz.render_view(view)
-    except viz.RenderError as e:
-        st.warning(str(e))
-        return
-    notes = view.notes + ([out.note] if out.note else [])
-    st.iframe(viz.panes_html([("", out.svg)], view.focus, view.legend, notes, text_scale=text_scale), height=height)
-    st.caption(_drawn_note(view))
-
-
-def _drawn_note(view: viz.GraphView) -> str:
-    note = f"{view.shown:,} drawn of {view.total:,} nodes"
-    if view.parallel:
-        note += f" ({view.parallel:,} parallel copies drawn as ×k)"
-    if view.folded:
-        note += f"; {view.folded} parameters folded"
-    if view.elided:
-        note += f"; {view.elided:,} not shown ({view.hops}-hop neighbourhood)"
-    return note
 
 
 def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar: dict) -> None:

@@ -253,12 +253,18 @@ def _step_index(t, step: int | None) -> int | None:
     return step
 
 
+def _trace_and_step(a):
+    """The trace ``a.trace`` and the step ``a.step`` checked against it (default: the first
+    failing step, else the last); ``(trace or None, None)`` after a message when either is bad."""
+    t = _load_trace(a.trace)
+    return t, (None if t is None else _step_index(t, a.step))
+
+
 def cmd_repro(a) -> int:
     from optimus.rebuild import RebuildError
     from optimus.repro import ReproError, repro_script
 
-    t = _load_trace(a.trace)
-    index = None if t is None else _step_index(t, a.step)
+    t, index = _trace_and_step(a)
     if index is None:
         return EXIT_INPUT
     try:
@@ -280,8 +286,7 @@ def cmd_diff(a) -> int:
     from optimus.codediff import code_diff, diff_text
     from optimus.rebuild import RebuildError
 
-    t = _load_trace(a.trace)
-    index = None if t is None else _step_index(t, a.step)
+    t, index = _trace_and_step(a)
     if index is None:
         return EXIT_INPUT
     try:
