@@ -13,6 +13,7 @@ import functools
 import random
 
 import pytest
+import torch
 
 import sample_models
 from optimus.run import optimize
@@ -124,3 +125,28 @@ def test_the_report_of_recsys_towers_is_one_offline_file_under_2_mb_with_each_dr
     assert len(svgs) == len(trace.steps) and all(len(d) == 3 for d in svgs.values())
     assert "<script src" not in html and "http://" not in html.split("<svg", 1)[0].replace("http://www.w3.org", "")
     assert html.count("function lensMount") == 1
+
+
+def test_a_rolled_back_step_shows_its_error_and_source_in_the_step_facts_and_the_report():
+    from optimus.engine import Pass, Pipeline
+    from optimus.pattern import Match, Miss, RewritePattern
+    from viz.text import step_facts
+
+    class RaisesAfterCreating(RewritePattern):
+        name = "raises_after_creating_viz"
+        anchors = frozenset({torch.relu, torch.nn.functional.relu})
+
+        def match(self, node):
+            return Match(node, [node]) if node.target in self.anchors else Miss("not a relu")
+
+        def rewrite(self, rw, m):
+            with rw.inserting_before(m.anchor):
+                rw.call(torch.sigmoid, m.anchor.args[0])
+            raise RuntimeError("broken on purpose")
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    trace = optimize(model, (torch.randn(2, 4),), pipeline=Pipeline([Pass("p", [RaisesAfterCreating()])])).trace
+    (step,) = trace.steps
+    facts = dict(step_facts(step))
+    assert "broken on purpose" in facts["ROLLED BACK"] and "test_viz_every_step.py" in facts["ROLLED BACK"]
+    assert "broken on purpose" in html_report(trace)

@@ -21,9 +21,14 @@ def step_facts(step: Step, pattern_info: dict | None = None) -> list[tuple[str, 
     """(label, text) rows describing a step: pattern and pass, the pattern's description,
     preconditions, upstream counterpart and source (from ``pattern_info``, an entry of
     :func:`optimus.passes.pass_catalogue`), sites, created, erased, replacements
-    (provenance old -> new), verification, and match / rewrite time in ms."""
+    (provenance old -> new), verification, and match / rewrite time in ms; first, for a
+    step that was rolled back, the error, its kind and the pattern's source line."""
     info = pattern_info or {}
     rows = [("pattern", f"{step.pattern} (pass {step.pass_name})")]
+    err = getattr(step, "error", None)
+    if err:  # a rolled-back step: the graph is as it was before it
+        rows.append(("ROLLED BACK", f"{err.get('kind', 'raised')}: {err.get('type', '')}: {err.get('message', '')}"
+                                    + (f" (at {err['source']})" if err.get("source") else "")))
     if info.get("description"):
         rows.append(("what it does", info["description"]))
     if info.get("preconditions"):
