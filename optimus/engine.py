@@ -133,6 +133,26 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class IndexListener(RecordingListener):
+    """The engine's indexes as a Rewriter listener: it collects one step's changes as they
+    are made and, when the step commits, updates the ``GraphIndex`` numberings, the
+    target index, the passes' key caches and the dirty roots (:meth:`Engine._note_change`).
+    A rolled-back step leaves the indexes untouched (the buffer is dropped), so they never
+    see a change that did not happen."""
+
+    def __init__(self, engine: "Engine"):
+        super().__init__(Recording())
+        self.engine = engine
+
+    def commit(self) -> list[Node]:
+        """Apply the step's changes to the indexes; returns the created nodes still alive."""
+        rec = self.rec
+        created = rec.created_alive()
+        self.engine.index.update(created, rec.erased, rec.rewired)
+        self.engine._note_change(rec, created)
+        return created
+
+
 class Engine:
     """Runs ``pipeline`` over ``gm`` (mutated in place) and records a :class:`Trace`.
 
@@ -396,7 +416,8 @@ class Engine:
         t0 = time.perf_counter()
         rec = Recording()
         check = LayoutCheck()
-        rw = Rewriter(self.gm.graph, [RecordingListener(rec), check], level=self.index.level)
+        indexes = IndexListener(self)
+        rw = Rewriter(self.gm.graph, [RecordingListener(rec), check, indexes], level=self.index.level)
         try:
             with rw.guarding(self.gm):
                 do(rw)
@@ -405,10 +426,8 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - any failure of the pattern is rolled back and reported
             rw.rollback()
             return self._failed(p, pattern, site, e, match_s, time.perf_counter() - t0)
-        created = rec.created_alive()
         try:
-            self.index.update(created, rec.erased, rec.rewired)
-            self._note_change(rec, created)
+            created = indexes.commit()
         except Exception as e:  # noqa: BLE001  (a key of the pass raised on a changed node)
             raise PatternError(p.name, pattern.name, site_names, e) from e
         rewrite_s = time.perf_counter() - t0
