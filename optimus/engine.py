@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
@@ -22,6 +22,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from optimus import layout as _layout
 from optimus import verify as _verify
+from optimus.pipeline import Pass, Pipeline  # noqa: F401  (re-exported: optimus.engine.Pass)
 from optimus.pattern import BatchPattern, Miss, Pattern, RewritePattern, SearchOptions, graph_unchanged
 from optimus.profit import group_estimate
 from optimus.record import Recording, RecordingListener, snapshot_graph
@@ -43,46 +44,6 @@ class PatternError(RuntimeError):
         self.pass_name, self.pattern, self.site, self.cause = pass_name, pattern, site, cause
         super().__init__(f"pattern {pattern!r} in pass {pass_name!r} raised at "
                          f"{', '.join(site[:6]) or 'no site'}: {type(cause).__name__}: {cause}")
-
-
-@dataclass
-class Pass:
-    """A named, ordered list of patterns run greedily to a fixed point.
-
-    ``options`` overrides the search options of its BatchPatterns (upstream's per-fusion
-    entry in ``pre_grad_fusion_options``)."""
-
-    name: str
-    patterns: list[Pattern]
-    options: SearchOptions | None = None
-    max_iterations: int = 10
-    description: str = ""
-
-    def to_json(self, enabled: bool = True) -> dict:
-        return {"name": self.name, "enabled": enabled, "patterns": [p.name for p in self.patterns],
-                "options": dict(self.options.__dict__) if self.options else {},
-                "description": self.description}
-
-
-@dataclass
-class Pipeline:
-    """Ordered passes; ``disabled`` names the ones switched off."""
-
-    passes: list[Pass]
-    disabled: set[str] = field(default_factory=set)
-
-    def names(self) -> list[str]:
-        return [p.name for p in self.passes]
-
-    def enabled(self) -> list[Pass]:
-        return [p for p in self.passes if p.name not in self.disabled]
-
-    def only(self, names: list[str]) -> "Pipeline":
-        """The same passes with all but ``names`` disabled. Raises KeyError on an unknown name."""
-        unknown = [n for n in names if n not in self.names()]
-        if unknown:
-            raise KeyError(f"unknown pass(es) {', '.join(unknown)}; known: {', '.join(self.names())}")
-        return Pipeline(self.passes, {p for p in self.names() if p not in names})
 
 
 @dataclass
@@ -564,14 +525,3 @@ def failure_source(pattern: Pattern, e: BaseException) -> str:
         rel = _where(type(pattern)).split(":")[0]
         return f"{rel}:{where.rsplit(':', 1)[1]}" if rel else where
     return pattern.source or _where(type(pattern))
-
-
-def run_pipeline(gm: GraphModule, example_inputs: tuple, pipeline: Pipeline | None = None,
-                 options: RunOptions | None = None, model_name: str = "") -> Trace:
-    """Convenience: run ``pipeline`` (default: :func:`optimus.passes.default_pipeline`)
-    over ``gm`` in place and return the Trace."""
-    if pipeline is None:
-        from optimus.passes import default_pipeline
-
-        pipeline = default_pipeline()
-    return Engine(gm, example_inputs, pipeline, options, model_name).run()

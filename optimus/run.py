@@ -22,6 +22,8 @@ from typing import Callable
 import torch
 
 from optimus.capture import Captured, capture
+from torch.fx import GraphModule
+
 from optimus.engine import Engine, Pipeline, RunOptions
 from optimus.trace import Step, Trace
 
@@ -289,3 +291,14 @@ def observe(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, o
                              keep_going=keep_going)
     trace.capture.update({k: v for k, v in captured.info().items() if k not in trace.capture})
     return ObserveResult(trace, captured, opts, name)
+
+
+def run_pipeline(gm: GraphModule, example_inputs: tuple, pipeline: Pipeline | None = None,
+                 options: RunOptions | None = None, model_name: str = "") -> Trace:
+    """Convenience: run ``pipeline`` (default: :func:`optimus.passes.default_pipeline`)
+    over ``gm`` in place and return the Trace."""
+    if pipeline is None:
+        from optimus.passes import default_pipeline
+
+        pipeline = default_pipeline()
+    return Engine(gm, example_inputs, pipeline, options, model_name).run()

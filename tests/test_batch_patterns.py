@@ -509,7 +509,7 @@ def test_recsys_towers_fuse_layer_by_layer():
 def test_only_nodes_with_an_anchor_target_get_a_group_key(name):
     """The engine keys only a pattern's anchors at the start of a pass: a node outside
     them with a key would silently never be fused. Checked before and after the pipeline."""
-    from optimus.engine import run_pipeline
+    from optimus.run import run_pipeline
 
     keyed = [p for p in REGISTRY.values() if p.kind == "batch" and p.anchors]
     assert {p.name for p in keyed} >= set(BATCH_PASSES)

@@ -122,3 +122,22 @@ def test_nan_in_the_outputs_still_verifies_instead_of_being_not_checkable():
 
     t = optimize(ZeroOverZero(), (torch.zeros(2, 10),), verify="step").trace
     assert t.steps and all(s.verify.ok for s in t.steps), [s.verify for s in t.steps]
+
+
+def test_the_engine_and_the_shipped_patterns_do_not_import_each_other():
+    """Pipeline types live in optimus.pipeline, so optimus.engine never imports optimus.passes
+    (not even inside a function) and optimus.passes never imports optimus.engine."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "optimus"
+
+    def imported(path: Path) -> set[str]:
+        tree = ast.parse(path.read_text())
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        return mods
+
+    assert not any(m.startswith("optimus.passes") for m in imported(root / "engine.py"))
+    for f in (root / "passes").glob("*.py"):
+        assert "optimus.engine" not in imported(f), f.name

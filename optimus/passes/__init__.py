@@ -4,7 +4,7 @@ Importing this package registers every shipped pattern in ``optimus.pattern.REGI
 """
 from __future__ import annotations
 
-from optimus.engine import Pass, Pipeline
+from optimus.pipeline import Pass, Pipeline
 from optimus.pattern import REGISTRY
 from optimus.passes import batch, split_cat  # noqa: F401  (registration)
 from optimus.passes import normalize, split_cat_extra  # noqa: F401  (registration)
