@@ -33,12 +33,15 @@ from __future__ import annotations
 import inspect
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import torch
 from torch.fx import Node
 
-from optimus.pattern import Miss
+if TYPE_CHECKING:
+    from optimus.rewriter import Rewriter
+
+from optimus.pattern import Match, Miss, RewritePattern
 
 class Bindings(dict):
     """Capture name -> bound value (an FX Node or a constant), plus ``nodes``: every node an
@@ -419,6 +422,22 @@ def match(pattern: Pat, node: Node, gm: torch.nn.Module | None = None) -> Bindin
         _MODULE_OF.clear()
 
 
+def here(depth: int = 1) -> str:
+    """``path:line`` of the caller's caller (``depth`` frames up), the path relative to the
+    repository root when it lies inside it: the ``source`` of a rule defined at module level."""
+    import sys
+    from pathlib import Path
+
+    f = sys._getframe(depth + 1)
+    path = Path(f.f_code.co_filename).resolve()
+    root = Path(__file__).resolve().parent.parent
+    try:
+        path = path.relative_to(root)
+    except ValueError:
+        pass
+    return f"{path}:{f.f_lineno}"
+
+
 @dataclass
 class Rule:
     """A rewrite rule of the declarative form: ``pattern`` (an :class:`Op`) and
@@ -438,3 +457,58 @@ class Rule:
     @property
     def anchors(self) -> frozenset:
         return self.pattern.anchors
+
+
+class RulePattern(RewritePattern):
+    """A RewritePattern from a declarative :class:`Rule`: ``match`` is :func:`match` (so
+    misses name the failed sub-pattern), ``rewrite`` calls
+    the rule's ``replace`` with the bindings, replaces the root's uses with its result,
+    erases the root and every other matched node left without users. A match whose nodes
+    write in place is refused (a replacement would change what the write sees)."""
+
+    def __init__(self, rule: Rule, source: str = "", upstream: str = ""):
+        self.rule = rule
+        self.name, self.description = rule.name, rule.description or rule.pattern.describe()
+        self.preconditions = tuple(rule.preconditions) or (f"matches {rule.pattern.describe()}",)
+        self.anchors = rule.anchors
+        self.source, self.upstream = source, upstream
+
+    def match(self, node: Node) -> Match | Miss:
+        b = match(self.rule.pattern, node)
+        if isinstance(b, Miss):
+            return b
+        from optimus.passes.common import writes_inputs
+
+        nodes = _site(node, b)
+        writer = next((n for n in nodes if writes_inputs(n)), None)
+        if writer is not None:
+            return Miss(f"{writer.name} writes in place")
+        return Match(node, nodes, {"bindings": b})
+
+    def rewrite(self, rw: "Rewriter", m: Match) -> None:
+        root = m.anchor
+        b = {k: v for k, v in m.info["bindings"].items() if not k.startswith("%")}
+        with rw.inserting_before(root):
+            new = self.rule.replace(rw, **b)
+        if isinstance(new, Miss) or new is None:
+            raise ValueError(f"rule {self.name} matched {root.name} but its replacement returned {new!r}")
+        if isinstance(new, Node) and new in rw.created:  # a node the rule made stands for the root
+            rw.carry_meta(root, new)
+        rw.replace_all_uses(root, new)
+        _erase_dead(rw, m.nodes)
+
+
+def _site(root: Node, b: Bindings) -> list[Node]:
+    """The matched call nodes, root first (placeholders bound by a Var are inputs, not site)."""
+    return list(dict.fromkeys([root, *b.nodes]))
+
+
+def _erase_dead(rw: "Rewriter", nodes: list[Node]) -> None:
+    """Erase the matched nodes nothing uses any more, users before producers."""
+    changed = True
+    while changed:
+        changed = False
+        for n in nodes:
+            if not n._erased and not n.users and n.op not in ("placeholder", "output"):
+                rw.erase(n)
+                changed = True

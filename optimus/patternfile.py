@@ -100,59 +100,7 @@ def graph_to_pattern(graph: Graph) -> lang.Op:
     return to_pat(root)
 
 
-class LangPattern(RewritePattern):
-    """A RewritePattern from a declarative :class:`~optimus.lang.Rule`: ``match`` is
-    :func:`optimus.lang.match` (so misses name the failed sub-pattern), ``rewrite`` calls
-    the rule's ``replace`` with the bindings, replaces the root's uses with its result,
-    erases the root and every other matched node left without users. A match whose nodes
-    write in place is refused (a replacement would change what the write sees)."""
-
-    def __init__(self, rule: lang.Rule, source: str = ""):
-        self.rule = rule
-        self.name, self.description = rule.name, rule.description or rule.pattern.describe()
-        self.preconditions = tuple(rule.preconditions) or (f"matches {rule.pattern.describe()}",)
-        self.anchors = rule.anchors
-        self.source = source
-
-    def match(self, node: Node) -> Match | Miss:
-        b = lang.match(self.rule.pattern, node)
-        if isinstance(b, Miss):
-            return b
-        from optimus.passes.common import writes_inputs
-
-        nodes = _site(node, b)
-        writer = next((n for n in nodes if writes_inputs(n)), None)
-        if writer is not None:
-            return Miss(f"{writer.name} writes in place")
-        return Match(node, nodes, {"bindings": b})
-
-    def rewrite(self, rw: Rewriter, m: Match) -> None:
-        root = m.anchor
-        b = {k: v for k, v in m.info["bindings"].items() if not k.startswith("%")}
-        with rw.inserting_before(root):
-            new = self.rule.replace(rw, **b)
-        if isinstance(new, Miss) or new is None:
-            raise ValueError(f"rule {self.name} matched {root.name} but its replacement returned {new!r}")
-        if isinstance(new, Node) and new is not root:
-            rw.carry_meta(root, new)
-        rw.replace_all_uses(root, new)
-        _erase_dead(rw, m.nodes)
-
-
-def _site(root: Node, b: lang.Bindings) -> list[Node]:
-    """The matched call nodes, root first (placeholders bound by a Var are inputs, not site)."""
-    return list(dict.fromkeys([root, *b.nodes]))
-
-
-def _erase_dead(rw: Rewriter, nodes: list[Node]) -> None:
-    """Erase the matched nodes nothing uses any more, users before producers."""
-    changed = True
-    while changed:
-        changed = False
-        for n in nodes:
-            if not n._erased and not n.users and n.op not in ("placeholder", "output"):
-                rw.erase(n)
-                changed = True
+LangPattern = lang.RulePattern  #: a pattern file's declarative rule as a RewritePattern
 
 
 def function_rule(name: str, pattern: Callable, replacement: Callable, path: str = "<pattern>") -> lang.Rule:

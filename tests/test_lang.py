@@ -124,3 +124,17 @@ def test_const_and_non_node_values():
 def test_anchors_are_the_root_targets():
     assert torch.cat in SPLIT_CAT.anchors and "split" not in SPLIT_CAT.anchors
     assert "split" in Op(SPLIT).anchors
+
+
+def test_the_shipped_split_cat_identity_is_a_rule_of_the_language_with_its_reasons():
+    from optimus.lang import RulePattern
+    from optimus.pattern import Match, get, why_not
+
+    p = get("remove_split_cat")
+    assert isinstance(p, RulePattern) and p.source.startswith("optimus/passes/split_cat.py:")
+    gm = _gm(SplitCat(), torch.randn(3, 6))
+    assert isinstance(p.match(_node(gm, torch.cat)), Match)
+    gm = _gm(SplitCat(cat_dim=0), torch.randn(3, 6))
+    assert why_not(p, _node(gm, torch.cat)) == "cat: cat dim 0 != split dim 1"
+    gm = _gm(SplitCat(take=2), torch.randn(3, 6))
+    assert "2 of split's 3 pieces are taken" in why_not(p, _node(gm, torch.cat))

@@ -27,6 +27,7 @@ import torch
 from torch.fx import Node
 
 from optimus import meta
+from optimus.lang import ANY, Op, Pieces, Rule, RulePattern, Var, here, require
 from optimus.pattern import Match, Miss, RewritePattern, register
 from optimus.layout import replace_miss
 from optimus.rewriter import Rewriter
@@ -168,39 +169,23 @@ class RemoveStackUnbind(RewritePattern):
         _erase_if_unused(rw, [stack])
 
 
-@register
-class RemoveSplitCat(RewritePattern):
-    """``cat([split(x, sizes, d)[i] for i in 0..n-1], d)`` -> ``x``."""
+def _same_dim(b: dict) -> bool:
+    nd = meta.tensor(b["x"]).dim()
+    return dim_of(b["cd"], nd) == dim_of(b["sd"], nd)
 
-    name = "remove_split_cat"
-    upstream = "split_cat_pass / mutate_cat_pass (all sections consecutive -> input)"
-    description = "A cat of every split piece, in order, on the split's dim is the split's input."
-    preconditions = ("cat's inputs are getitems 0..n-1 of one split with n pieces (uneven sizes are fine)",
-                     "cat dim == split dim (normalised)",
-                     "no value aliasing the cat or the split input is written in place")
-    anchors = frozenset(CAT[0])
 
-    def match(self, node: Node):
-        if off := off_anchor(self, node):
-            return off
-        r = all_pieces_in_order(arg(node, 0, "tensors"), lambda p: is_call(p, *SPLIT))
-        if isinstance(r, Miss):
-            return r
-        split, items = r
-        p = pieces_of(split)
-        if isinstance(p, Miss):
-            return p
-        x, sd, _ = p
-        cd = dim_of(arg(node, 1, "dim", 0), meta.tensor(x).dim())
-        if cd != sd:
-            return Miss(f"cat dim {cd} != split dim {sd}")
-        return mutation_miss(node, x) or Match(node, [node, *items, split], {"input": x})
-
-    def rewrite(self, rw: Rewriter, m: Match) -> None:
-        cat, *rest = m.nodes
-        rw.replace_all_uses(cat, m.info["input"])
-        rw.erase(cat)
-        _erase_if_unused(rw, rest)
+# cat([split(x, sizes, d)[i] for i in 0..n-1], d) -> x
+register(RulePattern(Rule(
+    "remove_split_cat",
+    Op(CAT, Pieces(Op(SPLIT, Var("x"), ANY, dim=Var("sd"))), dim=Var("cd"), name="cat", where=[
+        require(_same_dim, lambda b: f"cat dim {b['cd']} != split dim {b['sd']}"),
+        require(lambda b: mutation_miss(b["cat"], b["x"]) is None, lambda b: mutation_miss(b["cat"], b["x"]))]),
+    lambda rw, x, **_: x,
+    description="A cat of every split piece, in order, on the split's dim is the split's input.",
+    preconditions=("cat's inputs are getitems 0..n-1 of one split with n pieces (uneven sizes are fine)",
+                   "cat dim == split dim (normalised)",
+                   "no value aliasing the cat or the split input is written in place")),
+    source=here(0), upstream="split_cat_pass / mutate_cat_pass (all sections consecutive -> input)"))
 
 
 @register
