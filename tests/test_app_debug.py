@@ -3,7 +3,6 @@ toggles that keep their panel and mark the view stale, the nearest step after a 
 Inductor's passes as a source, the code diff and the repro download."""
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -11,27 +10,10 @@ from streamlit.testing.v1 import AppTest
 
 from app import toggles
 from optimus.run import optimize
+from test_observe import HELD_IN  # the issue's held-in input, as a factory file
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 TIMEOUT = 180
-
-HELD_IN = textwrap.dedent("""
-    import torch
-
-
-    class SplitLayerNormView(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(16) for _ in range(5))
-
-        def forward(self, x):
-            return torch.cat([n(p).view(-1) for n, p in zip(self.norms, torch.split(x, 16, dim=1))])
-
-
-    def build():
-        torch.manual_seed(0)
-        return SplitLayerNormView().eval(), (torch.randn(4, 80),)
-""")
 
 
 def fresh() -> AppTest:
