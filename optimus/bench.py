@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -429,21 +429,17 @@ def build_stages(spec, passes: list[str] | None = None, mode: str = "inference",
     ``upstream_options``, ``bytes_packed``). See the module doc for the stages; with
     ``final_only`` the per-pass stages are left out but the last (the whole pipeline).
     ``pipeline`` replaces the default pipeline (e.g. with a pattern file's pass added by
-    :func:`optimus.patternfile.pipeline_with`). Raises ModelSpecError, CaptureError, KeyError (unknown pass), ValueError (mode)."""
+    :func:`optimus.patternfile.pipeline_with`). Raises ModelSpecError, CaptureError, KeyError
+    (unknown pass), ValueError (mode)."""
     from optimus.capture import capture
     from optimus.engine import Engine, RunOptions, copy_graph_module
     from optimus.passes import default_pipeline
     from optimus.prepack import prepack
-    from optimus.run import ModelSpecError, load_model, optimize
+    from optimus.run import model_and_inputs, optimize
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    if isinstance(spec, str):
-        model, inputs, _ = load_model(spec)
-    elif inputs is None:
-        raise ModelSpecError("a model object needs its example inputs")
-    else:
-        model = spec
+    model, inputs, _ = model_and_inputs(spec, inputs)
     model.train(mode == "training")
     for p in model.parameters():
         p.requires_grad_(True)

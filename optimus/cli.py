@@ -63,28 +63,43 @@ def _passes_arg(text: str | None) -> list[str] | None:
     return [p.strip() for p in text.split(",") if p.strip()] if text else None
 
 
-def cmd_run(a) -> int:
+def _guarded(fn):
+    """``(fn(), 0)``; or, after a message on stderr, ``(None, EXIT_INPUT)`` for bad input
+    (unknown model, spec or pass, uncapturable model, unreadable pattern file, bad option)
+    and ``(None, EXIT_PATTERN)`` for a pattern that raised."""
     from optimus.capture import CaptureError
     from optimus.engine import PatternError
-    from optimus.passes import default_pipeline
-    from optimus.patternfile import PatternFileError, load_pattern_file, pipeline_with
-    from optimus.run import ModelSpecError, optimize
+    from optimus.patternfile import PatternFileError
+    from optimus.run import ModelSpecError
 
     try:
+        return fn(), 0
+    except (ModelSpecError, CaptureError, PatternFileError, KeyError, ValueError) as e:
+        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return None, EXIT_INPUT
+    except PatternError as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return None, EXIT_PATTERN
+
+
+def cmd_run(a) -> int:
+    from optimus.passes import default_pipeline
+    from optimus.patternfile import load_pattern_file, pipeline_with
+    from optimus.run import optimize
+
+    def go():
         pipeline = default_pipeline(search=a.search, profitable_only=a.profitable_only)
         passes = _passes_arg(a.passes)
         if a.pattern_file:
             pipeline, passes = pipeline_with(load_pattern_file(a.pattern_file), passes, base=pipeline), None
-        res = optimize(a.model, passes=passes, skip=_passes_arg(a.skip), verify=a.verify,
-                       grads=a.grads, capture_method=a.capture, graph_index=a.graph, pipeline=pipeline,
-                       on_capture=lambda c: print(c.summary(), file=sys.stderr),
-                       dynamic=a.dynamic, on_error=a.on_error)
-    except (ModelSpecError, CaptureError, PatternFileError, KeyError, ValueError) as e:
-        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
-        return EXIT_INPUT
-    except PatternError as e:
-        print(f"optimus: {e}", file=sys.stderr)
-        return EXIT_PATTERN
+        return optimize(a.model, passes=passes, skip=_passes_arg(a.skip), verify=a.verify,
+                        grads=a.grads, capture_method=a.capture, graph_index=a.graph, pipeline=pipeline,
+                        on_capture=lambda c: print(c.summary(), file=sys.stderr),
+                        dynamic=a.dynamic, on_error=a.on_error)
+
+    res, code = _guarded(go)
+    if code:
+        return code
     t = res.trace
     print(steps_table(t))
     print(f"\nnodes: {t.nodes_before} -> {t.nodes_after} in {len(t.steps)} steps "
@@ -151,10 +166,7 @@ def cmd_passes(a) -> int:
 
 def cmd_bench(a) -> int:
     from optimus.bench import bench_pipeline
-    from optimus.capture import CaptureError
-    from optimus.engine import PatternError
-    from optimus.patternfile import PatternFileError, load_pattern_file, pipeline_with
-    from optimus.run import ModelSpecError
+    from optimus.patternfile import load_pattern_file, pipeline_with
 
     if a.repeats < 1 or a.warmup < 0 or (a.threads is not None and a.threads < 1):
         print("optimus: --repeats and --threads must be at least 1, --warmup at least 0", file=sys.stderr)
@@ -170,18 +182,17 @@ def cmd_bench(a) -> int:
         if a.progress:
             print(f"\r{done}/{total} {label[:60]:60s}", end="" if done < total else "\n", file=sys.stderr)
 
-    try:
+    def go():
         pipeline = pipeline_with(load_pattern_file(a.pattern_file)) if a.pattern_file else None
-        r = bench_pipeline(a.model, passes=_passes_arg(a.passes), repeats=a.repeats, warmup=a.warmup,
-                           compile=a.compile, device=a.device, mode=a.mode, alone=a.alone,
-                           against_upstream=a.against_upstream, reference=not a.no_reference, threads=a.threads,
-                           graph_index=getattr(a, "graph", None), progress=progress, final_only=a.final_only, pipeline=pipeline)
-    except (ModelSpecError, CaptureError, PatternFileError, KeyError, ValueError) as e:
-        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
-        return EXIT_INPUT
-    except PatternError as e:
-        print(f"optimus: {e}", file=sys.stderr)
-        return EXIT_PATTERN
+        return bench_pipeline(a.model, passes=_passes_arg(a.passes), repeats=a.repeats, warmup=a.warmup,
+                              compile=a.compile, device=a.device, mode=a.mode, alone=a.alone,
+                              against_upstream=a.against_upstream, reference=not a.no_reference,
+                              threads=a.threads, graph_index=a.graph, progress=progress,
+                              final_only=a.final_only, pipeline=pipeline)
+
+    r, code = _guarded(go)
+    if code:
+        return code
     print(r.table())
     print(f"graph timed: {f'graph {a.graph} (0-based)' if a.graph is not None else 'the one with the most nodes'} "
           "of the captured model (optimus run prints its graph breaks)")
@@ -302,20 +313,14 @@ def cmd_diff(a) -> int:
 
 def cmd_bisect(a) -> int:
     from optimus.bisect import bisect_trace, first_failing
-    from optimus.capture import CaptureError
-    from optimus.engine import PatternError
     from optimus.rebuild import RebuildError
-    from optimus.run import ModelSpecError, optimize
+    from optimus.run import optimize
 
-    try:
-        res = optimize(a.model, passes=_passes_arg(a.passes), skip=_passes_arg(a.skip), verify=a.verify,
-                       grads=a.grads, capture_method=a.capture, graph_index=a.graph)
-    except (ModelSpecError, CaptureError, KeyError, ValueError) as e:
-        print(f"optimus: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
-        return EXIT_INPUT
-    except PatternError as e:
-        print(f"optimus: {e}", file=sys.stderr)
-        return EXIT_PATTERN
+    res, code = _guarded(lambda: optimize(a.model, passes=_passes_arg(a.passes), skip=_passes_arg(a.skip),
+                                          verify=a.verify, grads=a.grads, capture_method=a.capture,
+                                          graph_index=a.graph))
+    if code:
+        return code
     t = res.trace
     if a.trace:
         t.save(a.trace)

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-import torch
 from torch.fx import Graph, GraphModule, Node
 
 from optimus import layout as _layout

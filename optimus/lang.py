@@ -33,7 +33,7 @@ from __future__ import annotations
 import inspect
 import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 from torch.fx import Node

@@ -28,8 +28,8 @@ from typing import Any, Callable
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from optimus import lang, meta
-from optimus.pattern import BatchPattern, Match, Miss, Pattern, RewritePattern
+from optimus import lang
+from optimus.pattern import BatchPattern, Miss, Pattern, RewritePattern
 from optimus.rewriter import Rewriter
 
 _LOADS = itertools.count()

@@ -173,6 +173,17 @@ def load_exported(path: str) -> tuple[torch.nn.Module, tuple, str]:
     return gm, tuple(args), os.path.basename(path)
 
 
+def model_and_inputs(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None) -> tuple:
+    """(model, example inputs, display name) for a model spec (:func:`load_model`) or for a
+    model object with its ``inputs``. Raises ModelSpecError for a bad spec or a model
+    object without inputs."""
+    if isinstance(spec_or_model, str):
+        return load_model(spec_or_model)
+    if inputs is None:
+        raise ModelSpecError("a model object needs its example inputs")
+    return spec_or_model, tuple(inputs), type(spec_or_model).__name__
+
+
 def select_passes(names: list[str], passes: list[str] | None = None, skip: list[str] | None = None) -> list[str]:
     """The pass names of ``names`` to run: those in ``passes`` (None: all) less those in
     ``skip``, in pipeline order. Raises KeyError naming an unknown pass of either list."""
@@ -218,12 +229,8 @@ def optimize(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, 
 
     if captured is not None:
         name = _run_name(spec_or_model)
-    elif isinstance(spec_or_model, str):
-        model, inputs, name = load_model(spec_or_model)
     else:
-        if inputs is None:
-            raise ModelSpecError("a model object needs its example inputs")
-        model, name = spec_or_model, type(spec_or_model).__name__
+        model, inputs, name = model_and_inputs(spec_or_model, inputs)
     pipe = pipeline or default_pipeline()
     if passes is not None or skip:
         pipe = pipe.only(select_passes(pipe.names(), passes, skip))
@@ -277,12 +284,7 @@ def observe(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, o
     from optimus.inductor import default_options, observe_upstream
 
     if captured is None:
-        if isinstance(spec_or_model, str):
-            model, inputs, name = load_model(spec_or_model)
-        else:
-            if inputs is None:
-                raise ModelSpecError("a model object needs its example inputs")
-            model, name = spec_or_model, type(spec_or_model).__name__
+        model, inputs, name = model_and_inputs(spec_or_model, inputs)
         captured = capture(model, tuple(inputs), method=capture_method, graph_index=graph_index)
     else:
         name = _run_name(spec_or_model)
