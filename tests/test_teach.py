@@ -148,3 +148,62 @@ def test_search_frames_leave_the_graph_unchanged():
     search_frames(cap.gm, get("batch_tanh"))
     search_frames(cap.gm, get("batch_tanh"), "upstream")
     assert str(cap.gm.graph) == before
+
+
+# ----------------------------------------------------------------------------- lesson files
+
+
+def _svgs(text: str) -> int:
+    return text.count("<svg")
+
+
+def test_every_predefined_pattern_has_a_lesson_file_with_its_sites_and_before_after_graphs(walks, tmp_path):
+    import re
+
+    from viz.lesson import write_lesson
+
+    for name, w in walks.items():
+        path = tmp_path / f"{name}.html"
+        write_lesson(w, path)
+        text = path.read_text()
+        slides = {m.group(1): m.group(2) for m in re.finditer(
+            r"<section class='slide' id='slide-\d+' data-kind='(\w+)' hidden>(.*?)</section>", text, re.S)}
+        assert "Before:" in slides["before"] and _svgs(slides["before"]) >= 1, name
+        assert "After:" in slides["after"] and _svgs(slides["after"]) >= 2, name  # after + provenance
+        for site in w.sites[0]:
+            assert f"<title>{site}</title>" in slides["match"], (name, site)  # the site drawn in the match picture
+            assert site in slides["match"].split("<svg")[0], (name, site)  # and named in the text
+        assert "Show the answer" in slides["exercise"] and w.exercise.answer.split(";")[0][:40] in \
+            slides["exercise"].replace("&#x27;", "'").replace("&quot;", '"'), name
+        if w.search is not None:
+            assert slides["search"].count("class='frame'") == len(w.search.frames) + len(w.dependent.frames)
+            assert "type='range'" in slides["search"]
+
+
+def test_lesson_file_is_offline_and_navigable(walks, tmp_path):
+    from viz.lesson import lesson_html
+
+    text = lesson_html(walks["batch_linear"])
+    assert "http://" not in text.replace("http://www.w3.org", "") and "https://" not in text
+    assert "<script src" not in text and "<link" not in text
+    assert "id='prev'" in text and "id='next'" in text and "ArrowRight" in text and "ArrowLeft" in text
+    assert "lensMount" in text  # the step viewer's pan/zoom script, inline
+
+
+def test_lesson_cli_writes_one_file_per_pattern_and_refuses_an_unknown_one(tmp_path, monkeypatch, capsys):
+    import optimus.teach
+    from optimus.cli import main as cli
+    from viz.lesson import main
+
+    monkeypatch.setattr(optimus.teach, "predefined", lambda: ["batch_tanh", "normalize_cat"])
+    assert main(["--all", "-o", str(tmp_path / "lessons"), "--repeats", "1"]) == 0
+    assert sorted(p.name for p in (tmp_path / "lessons").iterdir()) == ["batch_tanh.html", "normalize_cat.html"]
+    monkeypatch.undo()
+    assert cli(["lesson", "batch_nope", "-o", str(tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown pattern 'batch_nope'" in err and "batch_linear, batch_linear_lhs" in err
+    assert main(["batch_nope", "-o", str(tmp_path / "x.html")]) == 2
+    assert main(["-o", str(tmp_path / "x.html")]) == 2
+    assert not (tmp_path / "x.html").exists()
+    assert cli(["lesson", "normalize_cat", "-o", str(tmp_path / "nc.html"), "--repeats", "1"]) == 0
+    assert "normalize_cat" in (tmp_path / "nc.html").read_text()
