@@ -1,0 +1,141 @@
+"""The Teach page: a guided walk through one predefined pattern, slide by slide.
+
+Pick a pattern; the page shows :func:`optimus.teach.walkthrough` on its teaching model
+(drawn by :mod:`viz.lesson`, on the step viewer's geometry): what it looks for, the
+search (frames on a slider), the match, the graph after, what it bought, and an exercise
+whose answer is what ``optimus why`` says. With ``st.session_state["presentation"]``
+True the text and the drawings are larger. The same lesson, as an offline file, is
+offered for download (``optimus lesson``).
+
+Session-state keys (all prefixed ``teach_``): ``teach_pattern``, ``teach_search``
+("global" / "upstream"), ``teach_slide`` (0-based), ``teach_frame`` and
+``teach_dep_frame`` (1-based slider positions), ``teach_revealed`` (patterns whose
+exercise answer is shown).
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+import viz
+from optimus.pattern import get
+from optimus.teach import predefined, walkthrough
+from viz.lesson import LessonPictures, Picture, gain_html, lesson_html, lesson_pictures
+
+PRESENTATION_SCALE = 1.6  # text and drawing scale when st.session_state["presentation"] is True
+REPEATS = 7  # latency samples per graph on the "what it bought" slide
+
+
+@st.cache_resource(show_spinner="Running the pattern on its teaching model and timing it …", max_entries=64)
+def _walk(pattern: str, search: str):
+    return walkthrough(pattern, repeats=REPEATS, search=search if get(pattern).kind == "batch" else None)
+
+
+@st.cache_resource(show_spinner="Drawing the lesson …", max_entries=64)
+def _pictures(pattern: str, search: str) -> LessonPictures:
+    return lesson_pictures(_walk(pattern, search))
+
+
+def init(state) -> None:
+    defaults = {"teach_pattern": predefined()[0], "teach_search": "global", "teach_slide": 0, "teach_frame": 1,
+                "teach_dep_frame": 1, "teach_revealed": set()}
+    for k, v in defaults.items():
+        state.setdefault(k, v)
+
+
+def _scale(state) -> float:
+    return PRESENTATION_SCALE if state.get("presentation") else 1.0
+
+
+def _show(pics: list[Picture], scale: float, height: int) -> None:
+    focus = list(dict.fromkeys(n for p in pics for n in p.focus))
+    legend = list({(e.fill, e.border, e.text, e.dashed): e for p in pics for e in p.legend}.values())
+    notes = list(dict.fromkeys(n for p in pics for n in p.notes))
+    st.iframe(viz.panes_html([(p.title, p.svg) for p in pics], focus, legend, notes, text_scale=scale),
+              height=int(height * (1.15 if scale > 1 else 1.0)))
+
+
+def _lines(lines: list[str], scale: float) -> None:
+    size = f"{1.0 * scale:.2f}rem"
+    items = "".join(f"<li>{_esc(x)}</li>" for x in lines)
+    st.markdown(f"<ul style='font-size:{size};margin-bottom:.3rem'>{items}</ul>", unsafe_allow_html=True)
+
+
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _frames(search, pics: list[Picture], key: str, heading: str, scale: float) -> None:
+    st.markdown(f"**{_esc(heading)}**")
+    n = len(search.frames)
+    if n > 1:
+        k = st.slider("Search frame", 1, n, key=key, help="scrub the search: candidates, key classes, "
+                      "independent layers or depth rings, groups")
+    else:
+        k = 1
+    f = search.frames[k - 1]
+    _lines([f"Frame {k} / {n} — {f.title}: {f.text}"] + [f"left out: {n_}: {r}" for n_, r in f.left_out.items()],
+           scale)
+    _show([pics[k - 1]], scale, 430)
+
+
+def nav(state, n: int) -> None:
+    """Previous / Next and where we are."""
+    c1, c2, c3 = st.columns([1, 1, 5])
+    if c1.button("← Previous", key="teach_prev", disabled=state["teach_slide"] <= 0, width="stretch"):
+        state["teach_slide"] -= 1
+    if c2.button("Next →", key="teach_next", disabled=state["teach_slide"] >= n - 1, width="stretch"):
+        state["teach_slide"] += 1
+    state["teach_slide"] = max(0, min(n - 1, state["teach_slide"]))
+    c3.progress((state["teach_slide"] + 1) / n, text=f"slide {state['teach_slide'] + 1} / {n}")
+
+
+def _on_pattern() -> None:
+    st.session_state["teach_slide"] = 0
+    st.session_state["teach_frame"] = 1
+    st.session_state["teach_dep_frame"] = 1
+
+
+def page() -> None:
+    """The Teach page (see the module docstring)."""
+    state = st.session_state
+    init(state)
+    scale = _scale(state)
+    names = predefined()
+    c1, c2, c3 = st.columns([3, 2, 2])
+    pattern = c1.selectbox("Pattern", names, key="teach_pattern", on_change=_on_pattern,
+                           format_func=lambda n: f"{n} — {get(n).description}")
+    is_batch = get(pattern).kind == "batch"
+    search = c2.radio("Search", ["global", "upstream"], key="teach_search", horizontal=True, disabled=not is_batch,
+                      on_change=_on_pattern, help="the default global search, or upstream's bounded breadth-first "
+                      "search (optimus run --search upstream)")
+    w = _walk(pattern, search)
+    pics = _pictures(pattern, search)
+    c3.download_button("Lesson file (offline HTML)", lesson_html(w, pics, text_scale=scale),
+                       file_name=f"{pattern}.html", mime="text/html", key="teach_download",
+                       help="the same walk as one self-contained HTML file (optimus lesson)")
+    n = len(w.slides)
+    nav(state, n)
+    slide = w.slides[state["teach_slide"]]
+    st.markdown(f"<h3 style='font-size:{1.5 * scale:.2f}rem;margin:.2rem 0'>{state['teach_slide'] + 1}. "
+                f"{_esc(slide.title)}</h3>", unsafe_allow_html=True)
+    if slide.kind == "search" and w.search is not None:
+        _lines(slide.lines[1:], scale)
+        _frames(w.search, pics.frames, "teach_frame", f"The search on {w.model}", scale)
+        if w.dependent is not None:
+            _frames(w.dependent, pics.dependent, "teach_dep_frame", f"On a variant: {w.dependent.change}", scale)
+        return
+    _lines(slide.lines, scale)
+    if slide.kind in ("before", "match", "after", "search") and pics.panes.get(slide.kind):
+        _show(pics.panes[slide.kind], scale, 470)
+    elif slide.kind == "gain":
+        st.html(gain_html(w))
+        st.caption("Both graphs timed round-robin in one run on this machine; a spread (p10–p90) wider than the "
+                   "difference means no measurable gain at this size.")
+    elif slide.kind == "exercise" and w.exercise is not None:
+        _show(pics.panes["exercise"], scale, 420)
+        revealed = state["teach_revealed"]
+        if pattern in revealed:
+            st.success(f"**optimus why {w.exercise.node}**: {w.exercise.answer}")
+        elif st.button("Reveal the answer", key="teach_reveal"):
+            revealed.add(pattern)
+            st.rerun()
