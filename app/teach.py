@@ -19,10 +19,11 @@ import streamlit as st
 import viz
 from optimus.pattern import get
 from optimus.teach import predefined, walkthrough
-from viz.lesson import LessonPictures, Picture, gain_html, lesson_html, lesson_pictures
+from viz.lesson import LessonPictures, Picture, gain_html, lesson_html, lesson_pictures, lines_html
 
 PRESENTATION_SCALE = 1.6  # text and drawing scale when st.session_state["presentation"] is True
 REPEATS = 7  # latency samples per graph on the "what it bought" slide
+GRAPH_HEIGHT = 540  # px of a slide's drawing: beside the text, above the fold at 1280x800
 
 
 @st.cache_resource(show_spinner="Running the pattern on its teaching model and timing it …", max_entries=64)
@@ -55,27 +56,22 @@ def _show(pics: list[Picture], scale: float, height: int) -> None:
 
 
 def _lines(lines: list[str], scale: float) -> None:
-    size = f"{1.0 * scale:.2f}rem"
-    items = "".join(f"<li>{_esc(x)}</li>" for x in lines)
-    st.markdown(f"<ul style='font-size:{size};margin-bottom:.3rem'>{items}</ul>", unsafe_allow_html=True)
+    st.markdown(lines_html(lines, f"font-size:{0.95 * scale:.2f}rem;margin-bottom:.3rem"), unsafe_allow_html=True)
 
 
 def _esc(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _frames(search, pics: list[Picture], key: str, heading: str, scale: float) -> None:
-    st.markdown(f"**{_esc(heading)}**")
+def _frames(search, pics: list[Picture], key: str, scale: float, pic_col) -> None:
     n = len(search.frames)
-    if n > 1:
-        k = st.slider("Search frame", 1, n, key=key, help="scrub the search: candidates, key classes, "
-                      "independent layers or depth rings, groups")
-    else:
-        k = 1
+    k = st.slider("Search frame", 1, n, key=key, help="scrub the search: candidates, key classes, independent "
+                  "layers or depth rings, groups") if n > 1 else 1
     f = search.frames[k - 1]
     _lines([f"Frame {k} / {n} — {f.title}: {f.text}"] + [f"left out: {n_}: {r}" for n_, r in f.left_out.items()],
            scale)
-    _show([pics[k - 1]], scale, 430)
+    with pic_col:
+        _show([pics[k - 1]], scale, GRAPH_HEIGHT)
 
 
 def nav(state, n: int) -> None:
@@ -118,24 +114,28 @@ def page() -> None:
     slide = w.slides[state["teach_slide"]]
     st.markdown(f"<h3 style='font-size:{1.5 * scale:.2f}rem;margin:.2rem 0'>{state['teach_slide'] + 1}. "
                 f"{_esc(slide.title)}</h3>", unsafe_allow_html=True)
-    if slide.kind == "search" and w.search is not None:
-        _lines(slide.lines[1:], scale)
-        _frames(w.search, pics.frames, "teach_frame", f"The search on {w.model}", scale)
-        if w.dependent is not None:
-            _frames(w.dependent, pics.dependent, "teach_dep_frame", f"On a variant: {w.dependent.change}", scale)
-        return
-    _lines(slide.lines, scale)
-    if slide.kind in ("before", "match", "after", "search") and pics.panes.get(slide.kind):
-        _show(pics.panes[slide.kind], scale, 470)
-    elif slide.kind == "gain":
+    if slide.kind == "gain":
+        _lines(slide.lines, scale)
         st.html(gain_html(w))
         st.caption("Both graphs timed round-robin in one run on this machine; a spread (p10–p90) wider than the "
                    "difference means no measurable gain at this size.")
-    elif slide.kind == "exercise" and w.exercise is not None:
-        _show(pics.panes["exercise"], scale, 420)
-        revealed = state["teach_revealed"]
-        if pattern in revealed:
-            st.success(f"**optimus why {w.exercise.node}**: {w.exercise.answer}")
-        elif st.button("Reveal the answer", key="teach_reveal"):
-            revealed.add(pattern)
-            st.rerun()
+        return
+    text, pic = st.columns([2, 3])
+    with text:
+        _lines(slide.lines, scale)
+        if slide.kind in ("search", "dependent"):
+            search, frames, key = ((w.search, pics.frames, "teach_frame") if slide.kind == "search" else
+                                   (w.dependent, pics.dependent, "teach_dep_frame"))
+            if search is not None:
+                _frames(search, frames, key, scale, pic)
+        elif slide.kind == "exercise" and w.exercise is not None:
+            revealed = state["teach_revealed"]
+            if pattern in revealed:
+                st.success(f"**optimus why {w.exercise.node}**: {w.exercise.answer}")
+            elif st.button("Reveal the answer", key="teach_reveal"):
+                revealed.add(pattern)
+                st.rerun()
+    kind = "exercise" if slide.kind == "exercise" else slide.kind
+    if pics.panes.get(kind):
+        with pic:
+            _show(pics.panes[kind], scale, GRAPH_HEIGHT)

@@ -122,7 +122,8 @@ class Exercise:
 
 @dataclass
 class Slide:
-    """One slide: ``kind`` ("before", "search", "match", "after", "gain", "exercise"),
+    """One slide: ``kind`` ("before", "search", "dependent" (the search on a variant where
+    one member depends on another), "match", "after", "gain", "exercise"),
     a title and its lines of text (every line derived, none written per pattern)."""
 
     kind: str
@@ -618,10 +619,11 @@ def _slides(w: Walkthrough) -> list[Slide]:
     if w.search is not None:
         slides.append(Slide("search", f"The search ({w.search.mode})",
                             [f"{len(w.search.frames)} frames: scrub them to follow the search step by step.",
-                             f"Groups handed to the fusion: {'; '.join(', '.join(g) for g in w.search.groups) or 'none'}.",
-                             *([f"Then the same search on a variant where {w.dependent.change}: groups "
-                                f"{'; '.join(', '.join(g) for g in w.dependent.groups) or 'none'}."]
-                               if w.dependent is not None else [])]))
+                             f"Groups handed to the fusion: {'; '.join(', '.join(g) for g in w.search.groups) or 'none'}."]))
+        if w.dependent is not None:
+            slides.append(Slide("dependent", "A member that depends on another",
+                                [f"The same search on a variant where {w.dependent.change}.",
+                                 f"Groups: {'; '.join(', '.join(g) for g in w.dependent.groups) or 'none'}."]))
     else:
         hits = [n for n, r in w.anchors.items() if r is None]
         slides.append(Slide("search", "Where it looks",

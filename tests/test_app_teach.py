@@ -31,6 +31,8 @@ def test_teach_page_walks_a_batch_pattern_slide_by_slide():
     assert sliders and sliders[0].max == 4
     sliders[0].set_value(3).run()
     assert "Independent layers" in _texts(at)
+    at = _press(at, "teach_next")
+    assert "A member that depends on another" in _texts(at)
     dep = next(s for s in at.slider if s.key == "teach_dep_frame")
     dep.set_value(dep.max).run()
     assert "left out: linear_5: depends on linear" in _texts(at)

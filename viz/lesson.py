@@ -24,7 +24,7 @@ from pathlib import Path
 
 from optimus.teach import Frame, Search, Walkthrough
 from optimus.trace import GraphSnapshot
-from viz.graph import Marks, _sizes, drawn_graph, emit, render_view, snapshot_view, step_picture, trace_layout
+from viz.graph import Marks, _sizes, drawn_graph, emit, step_picture, trace_layout
 from viz.layout import LAYOUT_BUDGET_S, Layout, bounded_layout, draw_pinned
 from viz.viewer import VIEWER_CSS, VIEWER_JS, viewer_block
 
@@ -52,8 +52,11 @@ class LessonPictures:
     dependent: list[Picture]
 
 
-def _pinned(snap: GraphSnapshot, marks: Marks, layout: Layout, title: str, timeout_s: float) -> Picture:
+def _pinned(snap: GraphSnapshot, marks: Marks, layout: Layout | None, title: str, timeout_s: float) -> Picture:
+    """``snap`` with ``marks``, pinned to ``layout`` (its own layout when ``layout`` lacks a drawn node)."""
     d = drawn_graph(snap, marks, full=True, fold=False)
+    if layout is None or any(n not in layout.nodes for n in d.order):
+        layout = graph_layout(snap)
     g, legend, notes = emit(d, marks, "", True, legend_in_graph=False, layout=layout)
     focus = [n for n in d.order if n in marks.names()]
     return Picture(title, draw_pinned(g.source, timeout_s), focus, legend, notes + ([layout.note] if layout.note else []))
@@ -76,8 +79,6 @@ def _frames(search: Search | None, snap: GraphSnapshot, layout: Layout | None, t
     if search is None:
         return []
     graph = search.graph if search.graph is not None else snap
-    if layout is None or any(n not in layout.nodes for n in graph.nodes):
-        layout = graph_layout(graph)
     return [_pinned(graph, frame_marks(f), layout, f.title, timeout_s) for f in search.frames]
 
 
@@ -91,9 +92,7 @@ def lesson_pictures(w: Walkthrough, timeout_s: float = 20.0) -> LessonPictures:
     if trace.steps:
         pics = [step_picture(trace, i, layout=shared) for i in range(1, len(trace.steps) + 1)]
         layout = shared or pics[0].layout
-        panes["before"] = [_pinned(before, Marks(), layout, f"Before: {w.model}, {len(before)} nodes", timeout_s)
-                           if all(n in layout.nodes for n in before.nodes) else
-                           Picture(f"Before: {w.model}", render_view(snapshot_view(trace, 0, legend_in_graph=False)).svg)]
+        panes["before"] = [_pinned(before, Marks(), layout, f"Before: {w.model}, {len(before)} nodes", timeout_s)]
         panes["match"] = [Picture(f"Match: step {p.index} sites", draw_pinned(p.before.source, timeout_s),
                                   p.before.focus, p.before.legend, p.before.notes) for p in pics]
         last = pics[-1]
@@ -123,9 +122,11 @@ header button{font-size:1em;padding:3px 12px} #count{color:#666}
 section.slide{padding:6px 18px} section.slide[hidden]{display:none}
 section.slide h2{font-size:1.2em;margin:6px 0}
 ul.lines{margin:4px 0 8px 0;padding-left:1.2em} ul.lines li{margin:1px 0}
-.viewer{height:62vh;min-height:340px} .viewer[hidden]{display:none}
-.frame[hidden]{display:none} .scrub{display:flex;gap:10px;align-items:center;margin:4px 0}
-.scrub input{flex:1;max-width:520px}
+.cols{display:flex;gap:14px;align-items:flex-start}
+.cols .text{flex:0 0 34%;max-height:calc(100vh - 110px);overflow:auto}
+.cols .pics{flex:1;min-width:0}
+.viewer{height:calc(100vh - 130px);min-height:340px} .viewer[hidden],.ftext[hidden]{display:none}
+.scrub{display:flex;gap:10px;align-items:center;margin:4px 0} .scrub input{flex:1}
 .leftout{color:#8a4b00;font-size:.92em} .answer{background:#eef6ee;border:1px solid #9c9;border-radius:6px;padding:6px 10px}
 table.gain{border-collapse:collapse;margin:6px 0} table.gain td,table.gain th{border:1px solid #ddd;padding:3px 10px;text-align:right}
 table.gain th:first-child,table.gain td:first-child{text-align:left}
@@ -141,23 +142,24 @@ function mount(box){
   lensMount(box.querySelector('.lens'), JSON.parse(box.dataset.focus || '[]'), SCALE);
 }
 function showFrame(sec, k){
-  const frames = Array.from(sec.querySelectorAll('.frame'));
-  frames.forEach((f, j) => f.hidden = j !== k);
-  const out = sec.querySelector('.frameno'); if (out) out.textContent = (k + 1) + ' / ' + frames.length;
-  if (frames[k]) mount(frames[k].querySelector('.viewer'));
+  const texts = Array.from(sec.querySelectorAll('.ftext')), views = Array.from(sec.querySelectorAll('.fview'));
+  texts.forEach((f, j) => f.hidden = j !== k);
+  views.forEach((f, j) => f.hidden = j !== k);
+  const out = sec.querySelector('.frameno'); if (out) out.textContent = (k + 1) + ' / ' + texts.length;
+  mount(views[k]);
 }
 function show(i){
   cur = Math.max(0, Math.min(SLIDES.length - 1, i));
   SLIDES.forEach((s, j) => s.hidden = j !== cur);
   document.getElementById('count').textContent = 'slide ' + (cur + 1) + ' / ' + SLIDES.length;
   const sec = SLIDES[cur];
-  sec.querySelectorAll(':scope > .viewer').forEach(mount);
-  sec.querySelectorAll('.frames').forEach(fs => { const r = fs.querySelector('input[type=range]');
-    showFrame(fs, r ? +r.value : 0); });
+  sec.querySelectorAll('.viewer:not(.fview)').forEach(mount);
+  const r = sec.querySelector('input[type=range]');
+  if (r) showFrame(sec, +r.value);
   history.replaceState(null, '', '#' + sec.id);
 }
-document.querySelectorAll('.frames').forEach(fs => { const r = fs.querySelector('input[type=range]');
-  if (r) r.addEventListener('input', () => showFrame(fs, +r.value)); });
+SLIDES.forEach(sec => { const r = sec.querySelector('input[type=range]');
+  if (r) r.addEventListener('input', () => showFrame(sec, +r.value)); });
 document.querySelectorAll('button.reveal').forEach(b => b.onclick = () => {
   b.nextElementSibling.hidden = false; b.hidden = true; });
 document.getElementById('prev').onclick = () => show(cur - 1);
@@ -172,28 +174,46 @@ show(m ? +m[1] - 1 : 0);
 """
 
 
-def _viewer(pics: list[Picture], hidden: bool = False) -> str:
+def _viewer(pics: list[Picture], hidden: bool = False, cls: str = "viewer") -> str:
     focus = list(dict.fromkeys(n for p in pics for n in p.focus))
     legend = list({(e.fill, e.border, e.text, e.dashed): e for p in pics for e in p.legend}.values())
     notes = list(dict.fromkeys(n for p in pics for n in p.notes))
     block = viewer_block([(p.title, p.svg) for p in pics], legend, notes)
-    return (f"<div class='viewer'{' hidden' if hidden else ''} data-focus='{html.escape(json.dumps(focus), quote=True)}'>"
+    return (f"<div class='{cls}'{' hidden' if hidden else ''} data-focus='{html.escape(json.dumps(focus), quote=True)}'>"
             f"{block}</div>")
 
 
+def lines_html(lines: list[str], style: str = "") -> str:
+    """A slide's lines as a list; lines starting with "• " form a nested list under the line before."""
+    out, sub = [], []
+    for x in lines:
+        if x.startswith("• "):
+            sub.append(f"<li>{html.escape(x[2:])}</li>")
+            continue
+        if sub:
+            out[-1] = out[-1][:-5] + "<ul>" + "".join(sub) + "</ul></li>"
+            sub = []
+        out.append(f"<li>{html.escape(x)}</li>")
+    if sub:
+        out[-1] = out[-1][:-5] + "<ul>" + "".join(sub) + "</ul></li>"
+    return f"<ul class='lines'{f' style={chr(39)}{style}{chr(39)}' if style else ''}>" + "".join(out) + "</ul>"
+
+
 def _lines(lines: list[str]) -> str:
-    return "<ul class='lines'>" + "".join(f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>"
+    return lines_html(lines)
 
 
-def _frames_html(search: Search, pics: list[Picture], heading: str) -> str:
-    parts = [f"<div class='frames'><h3>{html.escape(heading)}</h3>"
-             f"<div class='scrub'><span>frame</span><input type='range' min='0' max='{len(pics) - 1}' value='0' "
-             f"aria-label='search frame'><span class='frameno'></span></div>"]
+def _frames_html(search: Search, pics: list[Picture]) -> tuple[str, str]:
+    """(text column: slider and one text per frame, picture column: one viewer per frame)."""
+    text = [f"<div class='scrub'><span>frame</span><input type='range' min='0' max='{len(pics) - 1}' value='0' "
+            f"aria-label='search frame'><span class='frameno'></span></div>"]
+    views = []
     for f, p in zip(search.frames, pics):
         left = "".join(f"<li>{html.escape(n)}: {html.escape(r)}</li>" for n, r in f.left_out.items())
-        parts.append(f"<div class='frame' hidden><b>{html.escape(f.title)}</b> — {html.escape(f.text)}"
-                     + (f"<ul class='leftout'>{left}</ul>" if left else "") + _viewer([p]) + "</div>")
-    return "".join(parts) + "</div>"
+        text.append(f"<div class='ftext' hidden><b>{html.escape(f.title)}</b> — {html.escape(f.text)}"
+                    + (f"<p>Left out:</p><ul class='leftout'>{left}</ul>" if left else "") + "</div>")
+        views.append(_viewer([p], True, "viewer fview"))
+    return "".join(text), "".join(views)
 
 
 def _bar(label: str, t: tuple[float, float, float], top: float) -> str:
@@ -232,27 +252,24 @@ def lesson_html(w: Walkthrough, pictures: LessonPictures | None = None, text_sca
            f"Previous</button><span id='count'></span><button id='next' title='Next slide (right arrow key)'>Next "
            f"&rarr;</button><span class='hint'>&larr; / &rarr; keys move between slides</span></header>"]
     for i, s in enumerate(w.slides, 1):
-        body = [f"<section class='slide' id='slide-{i}' data-kind='{s.kind}' hidden><h2>{i}. {html.escape(s.title)}</h2>",
-                _lines(s.lines)]
-        if s.kind == "before" and pics.panes.get("before"):
-            body.append(_viewer(pics.panes["before"]))
-        elif s.kind == "search":
-            if w.search is not None:
-                body.append(_frames_html(w.search, pics.frames, f"On {w.model}"))
-                if w.dependent is not None:
-                    body.append(_frames_html(w.dependent, pics.dependent, f"On a variant: {w.dependent.change}"))
-        elif s.kind == "match" and pics.panes.get("match"):
-            body.append(_viewer(pics.panes["match"]))
-        elif s.kind == "after" and pics.panes.get("after"):
-            body.append(_viewer(pics.panes["after"]))
+        text, views = [_lines(s.lines)], ""
+        if s.kind in ("before", "match", "after") and pics.panes.get(s.kind):
+            views = _viewer(pics.panes[s.kind])
+        elif s.kind in ("search", "dependent"):
+            search, frames = (w.search, pics.frames) if s.kind == "search" else (w.dependent, pics.dependent)
+            if search is not None:
+                t, views = _frames_html(search, frames)
+                text.append(t)
         elif s.kind == "gain":
-            body.append(gain_html(w))
+            text = [_lines(s.lines), gain_html(w)]
         elif s.kind == "exercise" and w.exercise is not None:
-            body.append(_viewer(pics.panes["exercise"]))
-            body.append("<button class='reveal'>Show the answer</button><div class='answer' hidden>"
+            views = _viewer(pics.panes["exercise"])
+            text.append("<button class='reveal'>Show the answer</button><div class='answer' hidden>"
                         f"<b>optimus why {html.escape(w.exercise.node)}</b>: {html.escape(w.exercise.answer)}</div>")
-        body.append("</section>")
-        out.append("".join(body))
+        body = "".join(text) if not views else f"<div class='cols'><div class='text'>{''.join(text)}</div>" \
+            f"<div class='pics'>{views}</div></div>"
+        out.append(f"<section class='slide' id='slide-{i}' data-kind='{s.kind}' hidden><h2>{i}. "
+                   f"{html.escape(s.title)}</h2>{body}</section>")
     out.append(f"<script>const SCALE = {float(text_scale)!r};\n{VIEWER_JS}\n{_JS}</script></body></html>")
     return "\n".join(out)
 
@@ -307,4 +324,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["LessonPictures", "Picture", "frame_marks", "gain_html", "graph_layout", "lesson_html", "lesson_pictures",
-           "write_lesson"]
+           "lines_html", "write_lesson"]
