@@ -19,7 +19,7 @@ import streamlit as st
 import viz
 from optimus.pattern import get
 from optimus.teach import predefined, walkthrough
-from viz.lesson import LessonPictures, Picture, gain_html, lesson_html, lesson_pictures, lines_html
+from viz.lesson import LessonPictures, Picture, gain_figure, lesson_html, lesson_pictures, lines_html
 
 PRESENTATION_SCALE = 1.6  # text and drawing scale when st.session_state["presentation"] is True
 REPEATS = 7  # latency samples per graph on the "what it bought" slide
@@ -116,9 +116,14 @@ def page() -> None:
                 f"{_esc(slide.title)}</h3>", unsafe_allow_html=True)
     if slide.kind == "gain":
         _lines(slide.lines, scale)
-        st.html(gain_html(w))
-        st.caption("Both graphs timed round-robin in one run on this machine; a spread (p10–p90) wider than the "
-                   "difference means no measurable gain at this size.")
+        fig = gain_figure(w)
+        if fig is not None:
+            g = w.gain
+            st.plotly_chart(fig, key="teach_gain")
+            st.dataframe([{"graph": k, "nodes": n, "latency median (ms)": round(t[0], 4),
+                           "p10 (ms)": round(t[1], 4), "p90 (ms)": round(t[2], 4), f"peak memory (bytes, {g.peak_source})": p}
+                          for k, n, t, p in (("before", g.nodes_before, g.before_ms, g.peak_before),
+                                             ("after", g.nodes_after, g.after_ms, g.peak_after))], hide_index=True)
         return
     text, pic = st.columns([2, 3])
     with text:

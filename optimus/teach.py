@@ -580,9 +580,21 @@ def exercise(pattern: Pattern, before: GraphModule, after: GraphModule, trace: T
 # ----------------------------------------------------------------------------- the walk
 
 
-def _gain(before: GraphModule, after: GraphModule, inputs: tuple, repeats: int, warmup: int) -> Gain:
-    res = measure([Stage("before", before, inputs, "baseline"), Stage("after", after, inputs, "pass")],
-                  repeats=repeats, warmup=warmup, device="cpu")
+def _gain(before: GraphModule, after: GraphModule, inputs: tuple, repeats: int, warmup: int,
+          threads: int | None = 1) -> Gain:
+    """Both graphs timed by :func:`optimus.bench.measure` on the CPU with ``threads`` torch
+    threads (restored after; None: as set). One thread is the default: the teaching models
+    are tiny, and on a loaded machine a multi-threaded kernel's thread pool waits for cores
+    (a 6 x 8 x 16 bmm measured 20 ms with 2 threads at load 8, 3 us with one), which would
+    teach the machine's load, not the pattern; one thread is timed by its CPU time."""
+    old = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        res = measure([Stage("before", before, inputs, "baseline"), Stage("after", after, inputs, "pass")],
+                      repeats=repeats, warmup=warmup, device="cpu")
+    finally:
+        torch.set_num_threads(old)
     b, a = res.stages
     return Gain(sum(1 for _ in before.graph.nodes), sum(1 for _ in after.graph.nodes),
                 (b.median_ms, b.p10_ms, b.p90_ms), (a.median_ms, a.p10_ms, a.p90_ms), b.peak_bytes, a.peak_bytes,
@@ -644,7 +656,7 @@ def _slides(w: Walkthrough) -> list[Slide]:
                             [f"Nodes: {g.nodes_before} → {g.nodes_after}.",
                              f"Latency before: {_fmt_ms(g.before_ms)}; after: {_fmt_ms(g.after_ms)} — "
                              f"{g.speedup:.2f}x, measured here ({g.device}, {g.method}, {g.repeats} samples each, "
-                             f"round-robin in one run). A spread wider than the difference means no measurable gain.",
+                             f"round-robin in one run). Overlapping spreads mean no measurable difference.",
                              f"Peak memory ({g.peak_source}): {g.peak_before:,} → {g.peak_after:,} bytes."]))
     if w.exercise is not None:
         e = w.exercise
@@ -653,11 +665,12 @@ def _slides(w: Walkthrough) -> list[Slide]:
 
 
 def walkthrough(pattern_name: str, repeats: int = 7, warmup: int = 2, timing: bool = True,
-                search: str | None = None) -> Walkthrough:
+                search: str | None = None, threads: int | None = 1) -> Walkthrough:
     """The walk through ``pattern_name`` on its teaching model (see the module docstring).
 
     ``repeats``/``warmup``: samples per graph for the latency figures (``timing`` False
-    leaves them out: ``gain`` None). ``search`` ("global" or "upstream") picks which
+    leaves them out: ``gain`` None; ``threads``: CPU threads while timing, see
+    :func:`_gain`). ``search`` ("global" or "upstream") picks which
     search a batch pattern's frames replay (default: the pattern's own, global).
     Raises TeachError for an unknown pattern or one no teaching model teaches."""
     from optimus.capture import capture
@@ -679,7 +692,7 @@ def walkthrough(pattern_name: str, repeats: int = 7, warmup: int = 2, timing: bo
                  capture_info=cap.info())
     trace = eng.run()
     after = eng.gm
-    gain = _gain(before, after, cap.example_inputs, repeats, warmup) if timing and trace.steps else None
+    gain = _gain(before, after, cap.example_inputs, repeats, warmup, threads) if timing and trace.steps else None
     w = Walkthrough(pattern.name, pattern.kind, pattern.description, list(pattern.preconditions), pattern.upstream,
                     pattern.source, model_name, sample_models.REGISTRY[model_name].description, trace,
                     [list(s.sites) for s in trace.steps if s.error is None], search_data, anchors,

@@ -58,7 +58,7 @@ def _pinned(snap: GraphSnapshot, marks: Marks, layout: Layout | None, title: str
     if layout is None or any(n not in layout.nodes for n in d.order):
         layout = graph_layout(snap)
     g, legend, notes = emit(d, marks, "", True, legend_in_graph=False, layout=layout)
-    focus = [n for n in d.order if n in marks.names()]
+    focus = [n for n in d.order if n in marks.names()] or list(d.order)  # nothing marked: open on the whole graph
     return Picture(title, draw_pinned(g.source, timeout_s), focus, legend, notes + ([layout.note] if layout.note else []))
 
 
@@ -106,7 +106,10 @@ def lesson_pictures(w: Walkthrough, timeout_s: float = 20.0) -> LessonPictures:
     if w.exercise is not None:
         e = w.exercise
         m = Marks(groups={e.node: 0}, group_labels=[f"asked about: {e.node}"], created=set(e.added))
-        panes["exercise"] = [_pinned(e.graph, m, graph_layout(e.graph), f"Variant: {e.change}", timeout_s)]
+        pic = _pinned(e.graph, m, graph_layout(e.graph), "The variant (the exercise)", timeout_s)
+        rec = e.graph.nodes.get(e.node)
+        pic.focus = [e.node] + (list(rec.inputs) if rec is not None else [])  # open on the node asked about
+        panes["exercise"] = [pic]
     frames = _frames(w.search, before, layout, timeout_s)
     dependent = _frames(w.dependent, before, None, timeout_s)
     return LessonPictures(panes, frames, dependent)
@@ -226,6 +229,25 @@ def _bar(label: str, t: tuple[float, float, float], top: float) -> str:
             f"<line x1='{x(t[2]):.1f}' x2='{x(t[2]):.1f}' y1='5' y2='13' stroke='#333'/></svg>")
 
 
+def gain_figure(w: Walkthrough, height: int = 240):
+    """Latency before and after as a plotly bar chart (median, whiskers p10-p90, ms); None when not measured."""
+    import plotly.graph_objects as go
+
+    g = w.gain
+    if g is None:
+        return None
+    rows = [("before", g.before_ms), ("after", g.after_ms)]
+    fig = go.Figure(go.Bar(y=[k for k, _ in rows], x=[t[0] for _, t in rows], orientation="h",
+                           marker_color=["#90a4ae", "#42a5f5"],
+                           error_x=dict(type="data", array=[t[2] - t[0] for _, t in rows],
+                                        arrayminus=[t[0] - t[1] for _, t in rows]),
+                           text=[f"{t[0]:.3f} ms" for _, t in rows], textposition="outside"))
+    fig.update_layout(height=height, margin=dict(l=10, r=30, t=30, b=30), xaxis_title="latency per call (ms), "
+                      "median with p10-p90", title=f"{w.pattern} on {w.model}: {g.speedup:.2f}x ({g.method})",
+                      yaxis=dict(autorange="reversed"))
+    return fig
+
+
 def gain_html(w: Walkthrough) -> str:
     """The "what it bought" table: nodes, latency median with its p10-p90 spread (bar and
     whisker), peak memory, before and after."""
@@ -323,5 +345,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["LessonPictures", "Picture", "frame_marks", "gain_html", "graph_layout", "lesson_html", "lesson_pictures",
+__all__ = ["LessonPictures", "Picture", "frame_marks", "gain_figure", "gain_html", "graph_layout", "lesson_html", "lesson_pictures",
            "lines_html", "write_lesson"]
