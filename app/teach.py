@@ -137,9 +137,8 @@ def page() -> None:
             revealed = state["teach_revealed"]
             if pattern in revealed:
                 st.success(f"**optimus why {w.exercise.node}**: {w.exercise.answer}")
-            elif st.button("Reveal the answer", key="teach_reveal"):
-                revealed.add(pattern)
-                st.rerun()
+            else:
+                st.button("Reveal the answer", key="teach_reveal", on_click=revealed.add, args=(pattern,))
     kind = "exercise" if slide.kind == "exercise" else slide.kind
     if pics.panes.get(kind):
         with pic:

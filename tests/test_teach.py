@@ -180,6 +180,8 @@ def test_every_predefined_pattern_has_a_lesson_file_with_its_sites_and_before_af
             assert slides["search"].count("class='viewer fview'") == len(w.search.frames)
             assert slides["dependent"].count("class='viewer fview'") == len(w.dependent.frames)
             assert "type='range'" in slides["search"]
+        else:  # a rewrite pattern: its anchor nodes drawn, matches and misses
+            assert "Where it looks" in slides["search"] and _svgs(slides["search"]) == 1, name
 
 
 def test_lesson_file_is_offline_and_navigable(walks, tmp_path):

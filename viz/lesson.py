@@ -103,6 +103,10 @@ def lesson_pictures(w: Walkthrough, timeout_s: float = 20.0) -> LessonPictures:
     else:
         layout = graph_layout(before)
         panes["before"] = [_pinned(before, Marks(), layout, f"Before: {w.model}", timeout_s)]
+    if w.search is None and w.anchors:
+        hits = {n: 0 if r is None else 1 for n, r in w.anchors.items()}
+        panes["search"] = [_pinned(before, Marks(groups=hits, group_labels=["anchor: matches", "anchor: no match"]),
+                                   layout, "Where it looks: the anchor nodes", timeout_s)]
     if w.exercise is not None:
         e = w.exercise
         m = Marks(groups={e.node: 0}, group_labels=[f"asked about: {e.node}"], created=set(e.added))
@@ -241,7 +245,7 @@ def gain_figure(w: Walkthrough, height: int = 240):
                            marker_color=["#90a4ae", "#42a5f5"],
                            error_x=dict(type="data", array=[t[2] - t[0] for _, t in rows],
                                         arrayminus=[t[0] - t[1] for _, t in rows]),
-                           text=[f"{t[0]:.3f} ms" for _, t in rows], textposition="outside"))
+                           text=[f"{t[0]:.3f} ms" for _, t in rows], textposition="inside", insidetextanchor="start"))
     fig.update_layout(height=height, margin=dict(l=10, r=30, t=30, b=30), xaxis_title="latency per call (ms), "
                       "median with p10-p90", title=f"{w.pattern} on {w.model}: {g.speedup:.2f}x ({g.method})",
                       yaxis=dict(autorange="reversed"))
@@ -277,6 +281,8 @@ def lesson_html(w: Walkthrough, pictures: LessonPictures | None = None, text_sca
         text, views = [_lines(s.lines)], ""
         if s.kind in ("before", "match", "after") and pics.panes.get(s.kind):
             views = _viewer(pics.panes[s.kind])
+        elif s.kind == "search" and pics.panes.get("search"):
+            views = _viewer(pics.panes["search"])
         elif s.kind in ("search", "dependent"):
             search, frames = (w.search, pics.frames) if s.kind == "search" else (w.dependent, pics.dependent)
             if search is not None:
