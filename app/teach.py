@@ -85,10 +85,14 @@ def nav(state, n: int) -> None:
     c3.progress((state["teach_slide"] + 1) / n, text=f"slide {state['teach_slide'] + 1} / {n}")
 
 
-def _on_pattern() -> None:
-    st.session_state["teach_slide"] = 0
+def _on_search() -> None:
     st.session_state["teach_frame"] = 1
     st.session_state["teach_dep_frame"] = 1
+
+
+def _on_pattern() -> None:
+    st.session_state["teach_slide"] = 0
+    _on_search()
 
 
 def page() -> None:
@@ -102,7 +106,7 @@ def page() -> None:
                            format_func=lambda n: f"{n} — {get(n).description}")
     is_batch = get(pattern).kind == "batch"
     search = c2.radio("Search", ["global", "upstream"], key="teach_search", horizontal=True, disabled=not is_batch,
-                      on_change=_on_pattern, help="the default global search, or upstream's bounded breadth-first "
+                      on_change=_on_search, help="the default global search, or upstream's bounded breadth-first "
                       "search (optimus run --search upstream)")
     w = _walk(pattern, search)
     pics = _pictures(pattern, search)
@@ -125,7 +129,8 @@ def page() -> None:
                           for k, n, t, p in (("before", g.nodes_before, g.before_ms, g.peak_before),
                                              ("after", g.nodes_after, g.after_ms, g.peak_after))], hide_index=True)
         return
-    text, pic = st.columns([2, 3])
+    wide = len(pics.panes.get(slide.kind, [])) > 1  # several panes side by side get more of the width
+    text, pic = st.columns([1, 3] if wide else [2, 3])
     with text:
         _lines(slide.lines, scale)
         if slide.kind in ("search", "dependent"):

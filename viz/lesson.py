@@ -19,7 +19,7 @@ import argparse
 import html
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from optimus.teach import Frame, Search, Walkthrough
@@ -58,6 +58,8 @@ def _pinned(snap: GraphSnapshot, marks: Marks, layout: Layout | None, title: str
     if layout is None or any(n not in layout.nodes for n in d.order):
         layout = graph_layout(snap)
     g, legend, notes = emit(d, marks, "", True, legend_in_graph=False, layout=layout)
+    # these marks are search frames, anchors or the node asked about, not a step's sites
+    legend = [replace(e, text=e.text.removeprefix("pattern site: ")) for e in legend]
     focus = [n for n in d.order if n in marks.names()] or list(d.order)  # nothing marked: open on the whole graph
     return Picture(title, draw_pinned(g.source, timeout_s), focus, legend, notes + ([layout.note] if layout.note else []))
 
