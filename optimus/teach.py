@@ -152,9 +152,11 @@ class Walkthrough:
     anchors: dict[str, str | None]
     #: batch patterns: the same search on a variant where one member depends on another
     dependent: Search | None
-    gain: Gain | None
-    exercise: Exercise | None
-    slides: list[Slide]
+    #: per step, why its sites matched: the group key they share (batch) or the anchor ``match`` accepted
+    why_sites: list[str] = field(default_factory=list)
+    gain: Gain | None = None
+    exercise: Exercise | None = None
+    slides: list[Slide] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- lookup
@@ -616,6 +618,18 @@ def _anchors(gm: GraphModule, pattern: Pattern) -> dict[str, str | None]:
     return out
 
 
+def _why_sites(gm: GraphModule, pattern: Pattern, sites: list[str]) -> str:
+    """Why a step's sites went together, read on the graph before: the group key the
+    members share (a batch pattern) or the anchor node whose ``match`` returned the site."""
+    by = {n.name: n for n in gm.graph.nodes}
+    if isinstance(pattern, BatchPattern):
+        with graph_unchanged():
+            k = pattern.key(by[sites[0]]) if sites[0] in by else None
+        return (f"all {len(sites)} share the group key {_short(repr(k))} and none depends on another"
+                if k is not None and not isinstance(k, Miss) else "")
+    return f"{pattern.name}.match({sites[0]}) returned these nodes: the anchor and the rest of its match"
+
+
 def _fmt_ms(t: tuple[float, float, float]) -> str:
     return f"{t[0]:.3f} ms (p10-p90 {t[1]:.3f}-{t[2]:.3f})"
 
@@ -642,8 +656,12 @@ def _slides(w: Walkthrough) -> list[Slide]:
                             [f"{len(w.anchors)} anchor node(s) (the targets the pattern can start from); "
                              f"{len(hits)} match: {', '.join(hits) or 'none'}.",
                              *[f"• {n}: {'matches' if r is None else r}" for n, r in w.anchors.items()]]))
-    slides.append(Slide("match", "The match",
-                        [f"Step {i}: sites {', '.join(s)}" for i, s in enumerate(w.sites, 1)] or ["No step."]))
+    match = []
+    for i, s in enumerate(w.sites, 1):
+        match.append(f"Step {i}: sites {', '.join(s)}")
+        if i <= len(w.why_sites):
+            match.append(f"• {w.why_sites[i - 1]}")
+    slides.append(Slide("match", "The match", match or ["No step."]))
     prov = [f"{o} → {n}" for s in w.trace.steps for o, n in s.replaced.items()]
     created = [c for s in w.trace.steps for c in s.created]
     slides.append(Slide("after", "The graph after",
@@ -697,7 +715,8 @@ def walkthrough(pattern_name: str, repeats: int = 7, warmup: int = 2, timing: bo
                     pattern.source, model_name, sample_models.REGISTRY[model_name].description, trace,
                     [list(s.sites) for s in trace.steps if s.error is None], search_data, anchors,
                     dependent_search(before, pattern, trace.steps[0].sites, search)
-                    if search_data is not None and trace.steps else None, gain,
-                    exercise(pattern, before, after, trace), [])
+                    if search_data is not None and trace.steps else None,
+                    why_sites=[_why_sites(before, pattern, s.sites) for s in trace.steps if s.error is None],
+                    gain=gain, exercise=exercise(pattern, before, after, trace))
     w.slides = _slides(w)
     return w
