@@ -60,7 +60,7 @@ def test_what_it_bought_is_measured(walks):
 
 
 @pytest.mark.parametrize("mode", ["global", "upstream"])
-@pytest.mark.parametrize("name", ["batch_linear", "batch_relu", "batch_layernorm", "batch_linear_lhs"])
+@pytest.mark.parametrize("name", BATCH)
 def test_search_frames_end_with_the_groups_the_engine_fuses(name, mode):
     w = walkthrough(name, timing=False, search=mode)
     cap = _captured(name)
