@@ -19,7 +19,14 @@ import streamlit as st
 import viz
 from optimus.pattern import get
 from optimus.teach import predefined, walkthrough
-from viz.lesson import LessonPictures, Picture, gain_figure, lesson_html, lesson_pictures, lines_html
+from viz.lesson import (
+    LessonPictures,
+    Picture,
+    gain_figure,
+    lesson_html,
+    lesson_pictures,
+    lines_html,
+)
 
 PRESENTATION_SCALE = 1.6  # text and drawing scale when st.session_state["presentation"] is True
 REPEATS = 7  # latency samples per graph on the "what it bought" slide

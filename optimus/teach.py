@@ -32,11 +32,23 @@ from torch.fx import GraphModule, Node
 from optimus import meta
 from optimus.bench import Stage, measure
 from optimus.engine import Engine, RunOptions, copy_graph_module
-from optimus.pattern import BatchPattern, Miss, Pattern, SearchOptions, graph_unchanged, why_not
+from optimus.pattern import (
+    BatchPattern,
+    Miss,
+    Pattern,
+    SearchOptions,
+    graph_unchanged,
+    why_not,
+)
 from optimus.pipeline import Pass, Pipeline
-from optimus.record import snapshot_graph, target_name
-from optimus.search import (GraphIndex, _ancestors_in, fusion_candidates, global_groups, independent_subsets,
-                            is_search_root, member_depths)
+from optimus.record import snapshot_graph
+from optimus.search import (
+    GraphIndex,
+    _ancestors_in,
+    global_groups,
+    is_search_root,
+    member_depths,
+)
 from optimus.trace import GraphSnapshot, Trace
 
 KEY_TEXT = 90  # characters of a group key shown before "..."
@@ -245,7 +257,7 @@ def _candidates(gm: GraphModule, pattern: BatchPattern) -> tuple[dict, dict[str,
 def _class_frames(classes: dict, left: dict[str, str], opts: SearchOptions) -> list[Frame]:
     keyed = [n for ms in classes.values() for n in ms]
     frames = [Frame("Candidates", f"{len(keyed)} node(s) have a group key: {', '.join(_names(keyed)) or 'none'}."
-                    + (f" {len(left)} anchor node(s) are left out (hover the list for why)." if left else ""),
+                    + (f" {len(left)} anchor node(s) are left out (listed with the reason)." if left else ""),
                     marks={n.name: 0 for n in keyed}, labels=["candidate (has a group key)"], left_out=dict(left))]
     marks, labels, lines = {}, [], []
     for i, (k, ms) in enumerate(classes.items()):

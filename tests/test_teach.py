@@ -9,8 +9,16 @@ from optimus.pattern import get
 from optimus.pipeline import Pass, Pipeline
 from optimus.run import model_and_inputs
 from optimus.search import fusion_candidates
-from optimus.teach import (TeachError, bfs_rings, greedy_rounds, lesson_pipeline, predefined, search_frames,
-                           teaching_model, walkthrough)
+from optimus.teach import (
+    TeachError,
+    bfs_rings,
+    greedy_rounds,
+    lesson_pipeline,
+    predefined,
+    search_frames,
+    teaching_model,
+    walkthrough,
+)
 from optimus.why import DryRun
 
 BATCH = [n for n in predefined() if get(n).kind == "batch"]
@@ -168,7 +176,7 @@ def test_every_predefined_pattern_has_a_lesson_file_with_its_sites_and_before_af
         write_lesson(w, path)
         text = path.read_text()
         slides = {m.group(1): m.group(2) for m in re.finditer(
-            r"<section class='slide' id='slide-\d+' data-kind='(\w+)' hidden>(.*?)</section>", text, re.S)}
+            r"<section class='slide' id='slide-\d+' data-kind='(\w+)' hidden>(.*?)</section>", text, re.DOTALL)}
         assert "Before:" in slides["before"] and _svgs(slides["before"]) >= 1, name
         assert "After:" in slides["after"] and _svgs(slides["after"]) >= 2, name  # after + provenance
         for site in w.sites[0]:

@@ -227,7 +227,10 @@ def _frames_html(search: Search, pics: list[Picture]) -> tuple[str, str]:
 
 def _bar(label: str, t: tuple[float, float, float], top: float) -> str:
     w = 300
-    x = lambda v: 4 + w * v / top  # noqa: E731
+
+    def x(v: float) -> float:
+        return 4 + w * v / top
+
     return (f"<svg width='{w + 10}' height='18' role='img' aria-label='{html.escape(label)}'>"
             f"<rect x='4' y='4' width='{x(t[0]) - 4:.1f}' height='10' fill='#90caf9'/>"
             f"<line x1='{x(t[1]):.1f}' x2='{x(t[2]):.1f}' y1='9' y2='9' stroke='#333' stroke-width='1.5'/>"
