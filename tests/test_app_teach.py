@@ -70,3 +70,16 @@ def test_presentation_switch_scales_the_text():
     at.run()
     big = next(m.value for m in at.markdown if "<h3" in m.value)
     assert "font-size:1.50rem" in plain and "font-size:2.40rem" in big
+
+
+def test_every_predefined_pattern_has_a_walkthrough_in_the_app(monkeypatch):
+    import app.teach
+    from optimus.teach import predefined
+
+    monkeypatch.setattr(app.teach, "REPEATS", 1)  # the figures are checked in test_teach; here every page renders
+    at = _teach()
+    for name in predefined():
+        at.selectbox(key="teach_pattern").set_value(name).run()
+        assert not at.exception, name
+        assert f"{name}: what it looks for" in _texts(at), name
+        assert len(at.get("iframe")) == 1, name  # the graph before
