@@ -16,7 +16,7 @@ import streamlit as st
 
 import sample_models
 import viz
-from app import compare_view, debug, inspector, toggles, upstream
+from app import compare_view, debug, inspector, toggles, upstream, why_panel
 from app import state as S
 from app.graphclick import graph_view, on_pick, selection_line
 from app.graphview import drawn_note as _drawn_note
@@ -296,6 +296,7 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
     graph_view(panes, focus, pic.diff.legend, pic.diff.notes, key="step_view", stacked=bar["picture"] == "Stacked",
                text_scale=bar["text_scale"], height=height * (2 if bar["picture"] == "Stacked" else 1),
                selected=ss.get("inspect_node"), picked=selection_line(trace, [cur, cur - 1], ss.get("inspect_node")),
+               partial=why_panel.partial(ss, trace, cur),
                on_pick=lambda v: on_pick(ss, v, trace, cur, sides))
     how = "one layout for all steps" if pic.layout is shared else "one layout for before and after"
     st.caption(f"Before: {_drawn_note(pic.before)}. After: {_drawn_note(pic.after)}. Layout: {pic.layout.method}, "
@@ -393,6 +394,7 @@ def main() -> None:
             st.markdown("<style>section[data-testid='stSidebar']{display:none}</style>", unsafe_allow_html=True)
         graphs(trace, cur, pass_filter, mode, opts, bar)
         inspector.inspector(ss, trace, cur)  # under the graphs: a click on a node opens it there
+        why_panel.why_panel(ss, trace, cur)
         step_details(trace, cur)
         header(trace)
         debug.step_tools(ss, trace, cur)

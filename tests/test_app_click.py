@@ -89,3 +89,41 @@ def test_after_a_click_the_inspector_shows_the_node_and_every_view_outlines_it_a
     assert at.selectbox(key=inspector.PICK).value == "relu_7"
     assert viewers(at)[0]["selected"] == "relu_7"
     assert not at.exception
+
+
+def why_rows(at) -> dict[str, tuple[str, str]]:
+    table = next(d.value for d in at.dataframe if "answer" in d.value.columns)
+    return {r.pattern: (r.applies, r.answer) for r in table.itertuples()}
+
+
+def test_why_not_panel_answers_for_a_node_after_a_fusion_step_and_for_a_node_an_earlier_step_created():
+    at = click_run(fresh())
+    t = at.session_state["trace"]
+    first_cleanup = next(s for s in t.steps if s.pass_name == "split_cat_cleanup")
+    at.session_state["cur_step"] = first_cleanup.index           # after every batch fusion
+    at.session_state["inspect_node"] = "h"                       # the towers' cat, selected in the view
+    at.session_state["why_panel"] = True
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    rows = why_rows(at)
+    assert rows["remove_split_cat"][0] == "no" and "not split" in rows["remove_split_cat"][1]
+    assert any(f"read at the graph before step {first_cleanup.index}" in c.value for c in at.caption)
+    # the batch fusions ran before this step: their answers are read on this graph
+    assert rows["batch_relu"][1].startswith("its pass batch_relu ran before step")
+    # a near miss is drawn in the view: the partial match outlined
+    near = at.selectbox(key="why_near")
+    near.set_value("remove_split_cat").run()
+    next(b for b in at.button if b.key == "why_draw_btn").click().run()
+    assert viewers(at)[0]["partial"] == ["h"]
+
+    # a node created by an earlier step (a fusion's stack), asked before the step that removes it
+    step = next(s for s in t.steps if s.pattern == "remove_unbind_stack")
+    created_by = next(s for s in t.steps if step.sites[0] in s.created)
+    assert created_by.index < step.index
+    at.session_state["cur_step"] = step.index
+    at.text_input(key="why_node").input(step.sites[0]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    rows = why_rows(at)
+    applies, answer = rows["remove_unbind_stack"]
+    assert applies == "yes" and answer.startswith(f"rewrites at step {step.index} with getitem")
+    assert any(f"**remove_unbind_stack** applies here: rewrites at step {step.index}" in s.value for s in at.success)
