@@ -85,7 +85,7 @@ def _show(state: MutableMapping, info, side: str, cur: int) -> None:
     args = ", ".join([arg_text(a) for a in r.args] + [f"{k}={arg_text(v)}" for k, v in r.kwargs.items()])
     st.markdown(f"**`{r.name}`** = `{r.op}` `{r.target}`({args}) — {_graph_name(side, cur)}")
     left, right = st.columns([3, 2])
-    rows = [("shape", r.shape), ("stride", r.stride), ("dtype", r.dtype),
+    rows = [("shape", r.shape), ("stride", r.stride), ("dtype", r.dtype), ("device", r.device),
             ("module", f"{r.module} ({r.module_type})" if r.module else None), ("source", r.source)]
     left.markdown("\n".join(["| | |", "|---|---|"] + [f"| **{k}** | `{v}` |" for k, v in rows if v is not None]))
     with right:

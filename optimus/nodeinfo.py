@@ -1,13 +1,14 @@
 """Everything a trace knows about one FX node: the node inspector's data.
 
 :func:`node_info` answers, for a node of the graph after step ``k`` of a trace: op,
-target, args and kwargs, shape, strides, dtype, module path, inputs (with their shapes),
+target, args and kwargs, shape, strides, dtype, device, module path, inputs (with their shapes),
 users, the model source line with the code around it (when the file can be found), and
 its provenance through the whole trace — created at step i by pattern p from the step's
 sites, a site of steps ..., rewired at steps ..., erased at step j and replaced by ...,
 following replacements to the nodes that hold its value at the end.
 
-Device is not recorded in traces, so it is not shown. Source lines are recorded as
+Device is recorded with shape and strides (traces written before it was recorded load
+without it: "(not recorded)"). Source lines are recorded as
 ``file.py:LINE: code`` (the file's base name); the file is looked up in the current
 directory, then among the modules loaded in this process, then in ``search``.
 """
@@ -187,7 +188,8 @@ def node_info_text(info: NodeInfo) -> str:
     r = info.record
     args = ", ".join([arg_text(a) for a in r.args] + [f"{k}={arg_text(v)}" for k, v in r.kwargs.items()])
     rows = [f"{r.name} = {r.op} {r.target}({args})   [graph after step {info.step}]",
-            f"  shape   {r.shape}", f"  stride  {r.stride}", f"  dtype   {r.dtype}"]
+            f"  shape   {r.shape}", f"  stride  {r.stride}", f"  dtype   {r.dtype}",
+            f"  device  {r.device if r.device is not None else '(not recorded)'}"]
     if r.module:
         rows.append(f"  module  {r.module} ({r.module_type})")
     rows.append("  inputs  " + (", ".join(f"{n} {s}" for n, s in info.inputs) or "-"))

@@ -20,6 +20,7 @@ def test_a_fused_node_shows_its_metas_source_and_where_it_went(towers):
     assert (r.op, r.target, r.shape, r.stride, r.dtype) == ("call_function", "torch.nn.functional.layer_norm",
                                                             [32, 32], [32, 1], "float32")
     assert (r.module, r.module_type) == ("towers.3.norm", "LayerNorm")
+    assert r.device == "cpu" and "  device  cpu" in node_info_text(info)
     assert [n for n, _ in info.inputs][0] == "relu_7" and info.inputs[0][1] == [32, 32]
     assert info.users == ["h"]
     assert info.source_file.endswith("sample_models/demo.py")
@@ -61,3 +62,23 @@ def test_inspect_cli_prints_the_node_and_exits_2_for_an_unknown_one(tmp_path, ca
     assert out.startswith("y1 = call_") and "provenance:" in out and "erased at step" in out
     assert main(["inspect", str(trace), "nope"]) == 2
     assert "no node 'nope'" in capsys.readouterr().err
+
+
+def test_device_is_recorded_and_a_trace_without_it_still_loads(towers, tmp_path, capsys):
+    import json
+
+    from optimus.trace import Trace
+
+    data = json.loads(towers.dumps())
+    assert all(r.get("device") == "cpu" for r in data["initial_graph"]["nodes"] if "shape" in r)
+    for r in data["initial_graph"]["nodes"]:                  # a trace written before device was recorded
+        r.pop("device", None)
+    for s in data["steps"]:
+        for r in s["delta"]["upsert"]:
+            r.pop("device", None)
+    old = Trace.loads(json.dumps(data))
+    assert old.initial_graph.nodes["layer_norm_3"].device is None
+    assert "  device  (not recorded)" in node_info_text(node_info(old, "layer_norm_3"))
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    assert main(["inspect", str(tmp_path / "old.json"), "layer_norm_3"]) == 0
+    assert "device  (not recorded)" in capsys.readouterr().out
