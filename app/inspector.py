@@ -95,6 +95,18 @@ def _show(state: MutableMapping, info, side: str, cur: int) -> None:
         st.markdown("**Users**" if info.users else "**Users**: none")
         for n in info.users:
             st.button(n, key=f"inspect_user:{n}", on_click=select, args=(state, n))
+    if info.failure:
+        st.error(f"`{r.name}` raises when the graph after step {info.step} runs (random inputs of the recorded "
+                 f"metas): {info.failure}")
+    for c in info.changes:
+        (a, sa, ta), (b, sb, tb) = c.before, c.after
+        real = f"; run, it has stride `{c.actual}`" if c.actual is not None and c.actual != tb else ""
+        line = (f"Step {info.step} changed input {c.position}: `{a}` {sa} stride `{ta}` → `{b}` {sb} stride "
+                f"`{tb}` (recorded{real})")
+        if c.layout:
+            st.warning(f"{line}. **`{r.name}` reads its input's strides** — {c.layout} — and they changed.")
+        else:
+            st.caption(line)
     if info.code:
         line = int(r.source.split(":", 2)[1])
         st.code("\n".join(f"{'>' if no == line else ' '}{no:5d}  {text}" for no, text in info.code),

@@ -380,6 +380,29 @@ class Trace:
         """Steps that failed verification or were rolled back (:attr:`Step.failed`)."""
         return [s for s in self.steps if s.failed]
 
+    def failure_runs(self) -> list[tuple[Step, list[Step]]]:
+        """The steps that fail verification, grouped: (a step that fails where the graph
+        before it passed or was the captured one, the failing steps after it that fail with
+        the same first message line with no passing step in between). Once a step breaks
+        the graph, every later graph fails the same way until a step repairs it: those
+        steps inherit the failure rather than add one, so only the first of each run is a
+        defect of its own."""
+        runs: list[tuple[Step, list[Step]]] = []
+        head = None
+        for s in self.steps:
+            v = s.verify
+            if not s.failed:
+                if v is not None and v.ok:
+                    head = None
+                continue
+            msg = (v.message or "").splitlines()[0] if v is not None and v.message else ""
+            if head is not None and head[0] == msg:
+                head[1][1].append(s)
+            else:
+                head = (msg, (s, []))
+                runs.append(head[1])
+        return runs
+
     # ---- JSON
     def to_json(self) -> dict:
         return {

@@ -82,3 +82,26 @@ def test_device_is_recorded_and_a_trace_without_it_still_loads(towers, tmp_path,
     (tmp_path / "old.json").write_text(json.dumps(data))
     assert main(["inspect", str(tmp_path / "old.json"), "layer_norm_3"]) == 0
     assert "device  (not recorded)" in capsys.readouterr().out
+
+
+def test_the_node_a_failing_step_breaks_shows_its_changed_input_strides_and_its_error(tmp_path, monkeypatch, capsys):
+    """Upstream's batch_layernorm on the held-in input: the trace records the unbound
+    piece with the old layer_norm's strides (upstream's metadata), the replay finds the
+    real ones, and the .view that reads them is the node that raises."""
+    from optimus.run import observe
+    from test_observe import HELD_IN
+
+    (tmp_path / "held_in.py").write_text(HELD_IN)
+    monkeypatch.chdir(tmp_path)
+    up = observe("held_in.py:build", options={"batch_layernorm": {}}, verify=True).trace
+    assert up.step(1).verify.ok is False
+    info = node_info(up, "view", step=1)
+    (c,) = info.changes
+    assert c.before == ("layer_norm", [4, 16], [16, 1]) and c.after[0].startswith("getitem")
+    assert c.actual == [80, 1] and c.layout == "view needs strides compatible with the new shape"
+    assert info.failure.startswith("RuntimeError: view size is not compatible")
+    assert node_info(up, "view", step=0).changes == []           # the captured graph: nothing changed yet
+    up.save(tmp_path / "up.json")
+    assert main(["inspect", str(tmp_path / "up.json"), "view", "--step", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "the tensor has stride [80, 1] when run" in out and "raises  RuntimeError: view size" in out
