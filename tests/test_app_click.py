@@ -127,3 +127,27 @@ def test_why_not_panel_answers_for_a_node_after_a_fusion_step_and_for_a_node_an_
     applies, answer = rows["remove_unbind_stack"]
     assert applies == "yes" and answer.startswith(f"rewrites at step {step.index} with getitem")
     assert any(f"**remove_unbind_stack** applies here: rewrites at step {step.index}" in s.value for s in at.success)
+
+
+def test_the_walk_clicking_the_view_that_upstreams_batch_layernorm_breaks_says_why(tmp_path):
+    """The issue's walk without the browser: upstream's batch_layernorm on the held-in input,
+    flagged; a click on the `view` in the after pane; the inspector names the error, the
+    rewired input and its real strides; the repro download is offered."""
+    from app import toggles
+    from test_app_debug import held_in_app
+
+    at = held_in_app(tmp_path)
+    at.radio(key="pass_source").set_value(toggles.INDUCTOR).run()
+    at.multiselect(key="upstream_passes").set_value(["batch_layernorm"]).run()
+    click_run(at)
+    t = at.session_state["trace"]
+    assert any(e.value.startswith("**Upstream defect** — step 1") for e in at.error)
+    graphclick.on_pick(at.session_state, {"name": "view", "pane": 1}, t, 1, [0, 1])
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key=inspector.PICK).value == "view"
+    assert any(e.value.startswith("`view` raises when the graph after step 1 runs") and "view size is not compatible"
+               in e.value for e in at.error)
+    (w,) = [w.value for w in at.warning if "reads its input's strides" in w.value]
+    assert "`layer_norm` [4, 16] stride `[16, 1]`" in w and "it has stride `[80, 1]`" in w
+    assert any("Download repro of step 1" in str(b.proto.label) for b in at.get("download_button"))
