@@ -175,6 +175,7 @@ def test_clicking_a_node_in_the_step_viewer_selects_it_in_the_inspector_at_1280x
         page.mouse.click(x, y)
         panel = page.locator(".st-key-inspector_panel")
         panel.get_by_text(f"{name} = ", exact=False).first.wait_for(timeout=60_000)
+        panel.get_by_text("Provenance").first.wait_for(timeout=60_000)
         text = panel.inner_text()
         assert "graph after step 1" in text and "Provenance" in text
         assert lens.locator(".lens-picked").count() == 2           # outlined in both panes
