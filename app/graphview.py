@@ -7,15 +7,25 @@ import streamlit as st
 import viz
 
 
-def show_view(view: viz.GraphView, height: int, text_scale: float = 1.0) -> None:
-    """Lay out ``view`` (bounded; cached by its DOT source) and show it with pan/zoom, opened on its marked nodes."""
+def show_view(view: viz.GraphView, height: int, text_scale: float = 1.0, key: str | None = None,
+              selected: str | None = None, on_pick=None) -> None:
+    """Lay out ``view`` (bounded; cached by its DOT source) and show it with pan/zoom, opened on its marked nodes.
+    With a ``key``, the view is the clickable component of :mod:`app.graphclick` (``selected``
+    outlined, ``on_pick`` called with a clicked node)."""
     try:
         out = viz.render_view(view)
     except viz.RenderError as e:
         st.warning(str(e))
         return
     notes = view.notes + ([out.note] if out.note else [])
-    st.iframe(viz.panes_html([("", out.svg)], view.focus, view.legend, notes, text_scale=text_scale), height=height)
+    if key is not None:
+        from app.graphclick import graph_view
+
+        graph_view([("", out.svg)], view.focus, view.legend, notes, key=key, height=height, text_scale=text_scale,
+                   selected=selected, on_pick=on_pick)
+    else:
+        st.iframe(viz.panes_html([("", out.svg)], view.focus, view.legend, notes, text_scale=text_scale),
+                  height=height)
     st.caption(drawn_note(view))
 
 

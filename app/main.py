@@ -16,8 +16,9 @@ import streamlit as st
 
 import sample_models
 import viz
-from app import compare_view, debug, inspector, toggles, upstream
+from app import compare_view, debug, inspector, toggles, upstream, why_panel
 from app import state as S
+from app.graphclick import graph_view, on_pick, selection_line
 from app.graphview import drawn_note as _drawn_note
 from app.graphview import show_view
 from app.timing import timing_panel
@@ -268,8 +269,10 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
         rendered = [viz.render_view(v) for v in views]
         panes = [(f"Before pass {pass_filter}", rendered[0].svg), (f"After pass {pass_filter}", rendered[1].svg)]
         notes = views[1].notes + [r.note for r in rendered if r.note]
-        st.iframe(viz.panes_html(panes, views[0].focus + views[1].focus, views[1].legend, notes,
-                                 stacked=bar["picture"] == "Stacked", text_scale=bar["text_scale"]), height=height)
+        steps = trace.steps_of_pass(pass_filter)
+        graph_view(panes, views[0].focus + views[1].focus, views[1].legend, notes, key="pass_view", height=height,
+                   stacked=bar["picture"] == "Stacked", text_scale=bar["text_scale"], selected=ss.get("inspect_node"),
+                   on_pick=lambda v: on_pick(ss, v, trace, cur, [steps[0].index - 1, steps[-1].index]))
         st.caption(f"Whole pass: each side laid out on its own. Before: {_drawn_note(views[0])}. "
                    f"After: {_drawn_note(views[1])}.")
         return
@@ -289,8 +292,12 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
         st.error(f"Step {cur} could not be drawn: {type(e).__name__}: {e}")
         return
     focus = list(dict.fromkeys(pic.before.focus + pic.after.focus))
-    st.iframe(viz.panes_html(panes, focus, pic.diff.legend, pic.diff.notes, stacked=bar["picture"] == "Stacked",
-                             text_scale=bar["text_scale"]), height=height * (2 if bar["picture"] == "Stacked" else 1))
+    sides = [None] if bar["picture"] == "Diff" else [cur - 1, cur]
+    graph_view(panes, focus, pic.diff.legend, pic.diff.notes, key="step_view", stacked=bar["picture"] == "Stacked",
+               text_scale=bar["text_scale"], height=height * (2 if bar["picture"] == "Stacked" else 1),
+               selected=ss.get("inspect_node"), picked=selection_line(trace, [cur, cur - 1], ss.get("inspect_node")),
+               partial=why_panel.partial(ss, trace, cur),
+               on_pick=lambda v: on_pick(ss, v, trace, cur, sides))
     how = "one layout for all steps" if pic.layout is shared else "one layout for before and after"
     st.caption(f"Before: {_drawn_note(pic.before)}. After: {_drawn_note(pic.after)}. Layout: {pic.layout.method}, "
                f"{how}" + (f" — {pic.layout.note}" if pic.layout.note else "") + ".")
@@ -375,7 +382,10 @@ def main() -> None:
         bar, opts = view_bar(len(trace.initial_graph))
         height = opts.pop("height")
         opts.pop("fold"), opts.pop("keep")
-        show_view(viz.snapshot_view(trace, 0, legend_in_graph=False, **opts), height, bar["text_scale"])
+        show_view(viz.snapshot_view(trace, 0, legend_in_graph=False, **opts), height, bar["text_scale"],
+                  key="snapshot_view", selected=ss.get("inspect_node"),
+                  on_pick=lambda v: on_pick(ss, v, trace, 0, [0]))
+        inspector.inspector(ss, trace, 0)
         header(trace)
     else:
         cur, pass_filter, mode = navigator(trace)
@@ -383,10 +393,11 @@ def main() -> None:
         if bar["presentation"]:
             st.markdown("<style>section[data-testid='stSidebar']{display:none}</style>", unsafe_allow_html=True)
         graphs(trace, cur, pass_filter, mode, opts, bar)
+        inspector.inspector(ss, trace, cur)  # under the graphs: a click on a node opens it there
+        why_panel.why_panel(ss, trace, cur)
         step_details(trace, cur)
         header(trace)
         debug.step_tools(ss, trace, cur)
-        inspector.inspector(ss, trace, cur)
         st.plotly_chart(viz.node_count_figure(trace, current=cur), width="stretch")
     timing_panel(trace, ss)
     compare_view.compare_panel(ss)

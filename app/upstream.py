@@ -38,7 +38,10 @@ def defects(trace) -> None:
     upstream defect."""
     if not trace.capture.get("upstream"):
         return
-    for s in trace.failed_steps():
+    for s, inherited in trace.failure_runs():
         msg = s.verify.message.splitlines()[0] if s.verify and s.verify.message else ""
+        later = (f"\n\nStep{'s' if len(inherited) > 1 else ''} {', '.join(str(x.index) for x in inherited)} "
+                 f"fail{'' if len(inherited) > 1 else 's'} the same way only because the graph is still broken "
+                 f"from step {s.index}.") if inherited else ""
         st.error(f"**Upstream defect** — step {s.index} ({s.pass_name} / {s.pattern}) changes what the graph "
-                 f"computes: {msg}")
+                 f"computes: {msg}{later}")

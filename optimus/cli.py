@@ -395,9 +395,12 @@ def cmd_observe(a) -> int:
     if t.final_verify is not None and t.final_verify.ok is not None:
         first = t.final_verify.message.splitlines()[0] if t.final_verify.message else ""
         print(f"verify: {_fmt_verify(t.final_verify)} {first}".rstrip())
-    for s in t.failed_steps():
+    for s, inherited in t.failure_runs():
         msg = s.verify.message.splitlines()[0] if s.verify.message else ""
         print(f"UPSTREAM DEFECT: step {s.index} ({s.pass_name} / {s.pattern}) fails verification: {msg}")
+        if inherited:
+            print(f"  (step(s) {', '.join(str(x.index) for x in inherited)} fail the same way only because the graph "
+                  f"is still broken from step {s.index})")
     if a.trace:
         n = t.save(a.trace)
         print(f"trace written to {a.trace} ({n:,} bytes)")

@@ -70,11 +70,17 @@ class RunOptions:
 
 def copy_graph_module(gm: GraphModule) -> GraphModule:
     """A new GraphModule over a copy of ``gm``'s graph (node meta copied shallowly, so
-    FakeTensors are shared, not cloned). O(nodes)."""
+    FakeTensors are shared, not cloned). O(nodes). The copy's name space is the
+    original's (every name ever used, the last number per base name), so a node created
+    in the copy gets the name it would get in the original: a dry run names nodes as the
+    run it repeats (``optimus why --step`` asks about the trace's ``getitem_16``)."""
     g = Graph()
     g._codegen = gm.graph._codegen
     rv, out = g.graph_copy(gm.graph, {}, return_output_node=True)  # type: ignore[misc]
     g.output(rv, type_expr=getattr(out, "type", None))
+    ns, src = g._graph_namespace, gm.graph._graph_namespace
+    ns._used_names |= src._used_names
+    ns._base_count = dict(src._base_count)
     return GraphModule(gm, g)
 
 

@@ -223,7 +223,8 @@ def all_patterns() -> list[Pattern]:
 
 
 def why_not(pattern: Pattern, node: Node) -> str | None:
-    """None if ``pattern`` could apply at ``node``, else the reason it cannot."""
+    """None if ``pattern`` could apply at ``node``, else the reason it cannot (a
+    :class:`Miss`; a match-language pattern's Miss has ``partial``, its best partial match)."""
     if isinstance(pattern, RewritePattern) and pattern.anchors:
         t = node.target if node.op in ("call_function", "call_method") else None
         if t not in pattern.anchors:
@@ -231,7 +232,7 @@ def why_not(pattern: Pattern, node: Node) -> str | None:
     r = pattern.key(node) if isinstance(pattern, BatchPattern) else pattern.match(node)  # type: ignore[attr-defined]
     if r is None:
         return "no match"
-    return str(r) if isinstance(r, Miss) else None
+    return r if isinstance(r, Miss) else None  # the Miss itself: it may carry its best partial match
 
 
 def explain(node: Node, patterns: Iterable[Pattern] | None = None) -> dict[str, str | None]:

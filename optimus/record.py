@@ -71,6 +71,14 @@ def _dtype(v: Any) -> str | None:
     return None
 
 
+def _device(v: Any) -> str | None:
+    if isinstance(v, (list, tuple)) and v:
+        v = v[0]
+    if isinstance(v, torch.Tensor):
+        return str(v.device)
+    return None
+
+
 def module_path(node: Node) -> tuple[str | None, str | None]:
     """(dotted path, class name) of the innermost nn.Module that created ``node``, from
     ``meta["nn_module_stack"]``; (None, None) when the node has none."""
@@ -101,7 +109,7 @@ def node_record(node: Node) -> NodeRecord:
         args=_arg(node.args), kwargs=_arg(dict(node.kwargs)),
         inputs=[n.name for n in node.all_input_nodes],
         shape=_shape(v), dtype=_dtype(v), module=mod, module_type=mod_type,
-        source=source_of(node.meta.get("stack_trace")), stride=meta.strides(v),
+        source=source_of(node.meta.get("stack_trace")), stride=meta.strides(v), device=_device(v),
     )
 
 

@@ -17,7 +17,7 @@ JSON layout (``format_version`` 1)::
                 "error": {...} (only on a rolled-back step)}]}
 
 A NodeRecord is written as ``{"name", "op", "target", "args", "kwargs", "inputs",
-"shape", "dtype", "module", "module_type", "source", "stride"}`` less the fields at their default
+"shape", "dtype", "module", "module_type", "source", "stride", "device"}`` less the fields at their default
 (empty or null) and less ``inputs`` where it follows from ``args``/``kwargs``
 (:meth:`NodeRecord.to_json`); readers accept records with or without them. A step's
 delta holds only the nodes the step created or rewired.
@@ -53,7 +53,9 @@ class NodeRecord:
     ``module`` is the ``nn_module_stack`` path that created the node and ``source``
     the user's code line (``file.py:12: code``) from ``stack_trace``. ``stride`` is
     the output's strides in elements, shaped like ``shape`` (None in traces written
-    before it was recorded).
+    before it was recorded). ``device`` is the output's device (``"cpu"``,
+    ``"cuda:0"``; the first output's for a tuple; None in traces written before it was
+    recorded, and for non-tensor outputs).
     """
 
     name: str
@@ -68,6 +70,7 @@ class NodeRecord:
     module_type: str | None = None
     source: str | None = None
     stride: list | None = None
+    device: str | None = None
 
     def to_json(self) -> dict:
         """Compact JSON form: fields at their default (empty args/kwargs, None shape,
@@ -81,7 +84,7 @@ class NodeRecord:
             d["kwargs"] = self.kwargs
         if self.inputs and self.inputs != refs_in(self.args, self.kwargs):
             d["inputs"] = self.inputs
-        for k in ("shape", "dtype", "module", "module_type", "source", "stride"):
+        for k in ("shape", "dtype", "module", "module_type", "source", "stride", "device"):
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
@@ -95,7 +98,7 @@ class NodeRecord:
         return cls(d["name"], d["op"], d["target"], args, kwargs,
                    refs_in(args, kwargs) if inputs is None else inputs,
                    d.get("shape"), d.get("dtype"), d.get("module"), d.get("module_type"), d.get("source"),
-                   d.get("stride"))
+                   d.get("stride"), d.get("device"))
 
     @property
     def short_target(self) -> str:
@@ -378,6 +381,29 @@ class Trace:
     def failed_steps(self) -> list[Step]:
         """Steps that failed verification or were rolled back (:attr:`Step.failed`)."""
         return [s for s in self.steps if s.failed]
+
+    def failure_runs(self) -> list[tuple[Step, list[Step]]]:
+        """The steps that fail verification, grouped: (a step that fails where the graph
+        before it passed or was the captured one, the failing steps after it that fail with
+        the same first message line with no passing step in between). Once a step breaks
+        the graph, every later graph fails the same way until a step repairs it: those
+        steps inherit the failure rather than add one, so only the first of each run is a
+        defect of its own."""
+        runs: list[tuple[Step, list[Step]]] = []
+        head = None
+        for s in self.steps:
+            v = s.verify
+            if not s.failed:
+                if v is not None and v.ok:
+                    head = None
+                continue
+            msg = (v.message or "").splitlines()[0] if v is not None and v.message else ""
+            if head is not None and head[0] == msg:
+                head[1][1].append(s)
+            else:
+                head = (msg, (s, []))
+                runs.append(head[1])
+        return runs
 
     # ---- JSON
     def to_json(self) -> dict:

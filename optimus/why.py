@@ -36,7 +36,10 @@ class WhyError(ValueError):
 @dataclass
 class Verdict:
     """One pattern's answer for one node: ``step`` is the step that applies it there (None
-    if none does); ``text`` says what happens or the reason it does not."""
+    if none does); ``text`` says what happens or the reason it does not; ``with_nodes``
+    the other sites of that step (the group it joins); ``partial`` for a near miss, the
+    nodes of its best partial match (a match-language pattern's nodes matched before the
+    failed condition, or the other nodes sharing a batch fusion's group key)."""
 
     pattern: str
     pass_name: str
@@ -44,6 +47,7 @@ class Verdict:
     text: str
     step: int | None = None
     with_nodes: list[str] = field(default_factory=list)
+    partial: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -76,6 +80,18 @@ class WhyReport:
                     lines.append(f"  {w.pattern:{width}s} {'yes' if w.applies else 'no '}: {w.text}")
             i = j + 1
         return "\n".join(lines)
+
+
+def _near(text: str, nodes) -> Miss:
+    """A reason carrying the nodes of a near miss (``partial``) for drawing."""
+    m = Miss(text)
+    m.partial = list(nodes)
+    return m
+
+
+def _partial(reason) -> list[str]:
+    """The names of a reason's best partial match (none for a plain string)."""
+    return [n if isinstance(n, str) else n.name for n in getattr(reason, "partial", None) or []]
 
 
 def _names(nodes, limit: int = LIST) -> str:
@@ -160,7 +176,7 @@ class DryRun:
         if mine < here and self.step > 1:  # its pass ran before the step asked about: read the graph as it is
             reason = self._reason(node, p, pattern, self.before, ended=False)
             return Verdict(pattern.name, p.name, False, f"its pass {p.name} ran before step {self.step}; on this "
-                           f"graph: {reason}")
+                           f"graph: {reason}", partial=_partial(reason))
         for s in later:
             if self.order.index(s.pass_name) > mine:
                 break
@@ -173,7 +189,8 @@ class DryRun:
             s = next((s for s in later if name in s.erased or name in s.sites), None)
             by = f" at step {s.index} ({s.pattern})" if s else ""
             return Verdict(pattern.name, p.name, False, f"erased{by} before pass {p.name} ended")
-        return Verdict(pattern.name, p.name, False, self._reason(live, p, pattern, stage))
+        reason = self._reason(live, p, pattern, stage)
+        return Verdict(pattern.name, p.name, False, reason, partial=_partial(reason))
 
     def _current_pass(self) -> int:
         if self.step <= len(self.steps):
@@ -205,19 +222,20 @@ class DryRun:
         opts = p.options or pattern.options
         need = opts.min_fuse_set_size
         members = self._class(gm, pattern).get(k, [])
+        others = [m for m in members if m is not node]
         if len(members) < need:
-            others = [m for m in members if m is not node]
-            return (f"{len(members)} node(s) share its group key ({_names(others) or 'no other'}); "
-                    f"a group needs {need}")
+            return _near(f"{len(members)} node(s) share its group key ({_names(others) or 'no other'}); "
+                         f"a group needs {need}", others)
         anti = self._antichain(gm, pattern, k, members)
         related = self._comparable(node, members)
         if len(anti) < need:
-            return (f"{len(members)} nodes share its group key but at most {len(anti)} of them are mutually "
-                    f"independent (a group needs {need}); it depends on or feeds {_names(related) or 'none'}")
+            return _near(f"{len(members)} nodes share its group key but at most {len(anti)} of them are mutually "
+                         f"independent (a group needs {need}); it depends on or feeds {_names(related) or 'none'}",
+                         others)
         if opts.search == "upstream":
-            return self._upstream_reason(node, members, opts, pattern, gm)
-        return (f"{len(members)} nodes share its group key and {len(anti)} are independent, but not with it: "
-                f"it depends on or feeds {_names(related)}")
+            return _near(self._upstream_reason(node, members, opts, pattern, gm), others)
+        return _near(f"{len(members)} nodes share its group key and {len(anti)} are independent, but not with it: "
+                     f"it depends on or feeds {_names(related)}", others)
 
     def _upstream_reason(self, node: Node, members: list[Node], opts, pattern: BatchPattern, gm: GraphModule) -> str:
         """Upstream's bounded search: the largest bucket holding ``node`` that any root
@@ -298,3 +316,60 @@ class DryRun:
                 if s.index < self.step:
                     return f" (step {s.index}, {s.pattern}, erased it: ask with --step {s.index} or earlier)"
         return ""
+
+
+# --------------------------------------------------------------------------- a trace's graphs
+
+
+def _same_steps(a: list[Step], b: list[Step]) -> bool:
+    return [(s.pattern, s.sites) for s in a] == [(s.pattern, s.sites) for s in b]
+
+
+def trace_dry_run(trace, step: int, spec: str | None = None, pipeline: Pipeline | None = None) -> tuple[DryRun, str]:
+    """A :class:`DryRun` that answers for the graph before step ``step`` of ``trace``
+    (1-based; ``len(trace.steps) + 1``: its final graph), and one line saying what was run:
+
+    * a trace of our pipeline whose model ``spec`` is at hand: the model captured again
+      (the trace's capture method and graph), then the engine with ``pipeline`` (default:
+      :func:`optimus.passes.default_pipeline`) limited to the trace's enabled passes; the
+      dry run's steps are the trace's own, so "fuses at step M" names a step of the trace;
+    * otherwise (PyTorch Inductor's passes observed, or a trace file of a model not at
+      hand): the graph before that step rebuilt from the trace (:mod:`optimus.rebuild`,
+      random inputs of the recorded shapes, strides and dtypes) and our whole pipeline run
+      from there — "what Optimus Lens's patterns do with this graph"; step numbers in the
+      answers are then the dry run's own.
+
+    Raises WhyError (step outside 1..steps+1, a graph that cannot be rebuilt or run),
+    optimus.run.ModelSpecError and optimus.capture.CaptureError (the model's spec)."""
+    from optimus.passes import default_pipeline
+    from optimus.record import snapshot_graph
+
+    n = len(trace.steps)
+    if not 1 <= step <= n + 1:
+        raise WhyError(f"step {step} is outside 1..{n + 1} (the trace has {n} steps; {n + 1} is the final graph)")
+    pipeline = pipeline or default_pipeline()
+    where = "the final graph" if step > n else f"the graph before step {step}"
+    upstream = bool((trace.capture or {}).get("upstream"))
+    if spec is not None and not upstream:
+        from optimus.capture import capture
+        from optimus.run import load_model
+
+        model, inputs, _ = load_model(spec)
+        cap = trace.capture or {}
+        gm = capture(model, inputs, method=cap.get("method", "dynamo"), graph_index=cap.get("graph_index")).gm
+        if snapshot_graph(gm.graph).signature() == trace.initial_graph.signature():
+            names = [p["name"] for p in trace.passes if p.get("enabled", True)] or pipeline.names()
+            dry = DryRun(gm, pipeline.only([x for x in names if x in pipeline.names()]), step)
+            if _same_steps(dry.steps, trace.steps):
+                return dry, f"a dry run of the trace's passes on {spec}, read at {where}"
+    from optimus.rebuild import RebuildError, graph_module, propagate, random_inputs
+
+    snap = trace.graph_at(step - 1)
+    try:
+        gm = graph_module(snap)
+        propagate(gm, random_inputs(snap))
+    except Exception as e:  # noqa: BLE001 - a graph that cannot be rebuilt or propagated is the answer
+        kind = "cannot be rebuilt" if isinstance(e, RebuildError) else "cannot be run on random inputs"
+        raise WhyError(f"{where} of the trace {kind}: {type(e).__name__}: {e}") from e
+    return (DryRun(gm, pipeline, None),
+            f"Optimus Lens's pipeline run on {where}, rebuilt from the trace (step numbers are that run's own)")

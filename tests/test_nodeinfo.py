@@ -20,6 +20,7 @@ def test_a_fused_node_shows_its_metas_source_and_where_it_went(towers):
     assert (r.op, r.target, r.shape, r.stride, r.dtype) == ("call_function", "torch.nn.functional.layer_norm",
                                                             [32, 32], [32, 1], "float32")
     assert (r.module, r.module_type) == ("towers.3.norm", "LayerNorm")
+    assert r.device == "cpu" and "  device  cpu" in node_info_text(info)
     assert [n for n, _ in info.inputs][0] == "relu_7" and info.inputs[0][1] == [32, 32]
     assert info.users == ["h"]
     assert info.source_file.endswith("sample_models/demo.py")
@@ -61,3 +62,46 @@ def test_inspect_cli_prints_the_node_and_exits_2_for_an_unknown_one(tmp_path, ca
     assert out.startswith("y1 = call_") and "provenance:" in out and "erased at step" in out
     assert main(["inspect", str(trace), "nope"]) == 2
     assert "no node 'nope'" in capsys.readouterr().err
+
+
+def test_device_is_recorded_and_a_trace_without_it_still_loads(towers, tmp_path, capsys):
+    import json
+
+    from optimus.trace import Trace
+
+    data = json.loads(towers.dumps())
+    assert all(r.get("device") == "cpu" for r in data["initial_graph"]["nodes"] if "shape" in r)
+    for r in data["initial_graph"]["nodes"]:                  # a trace written before device was recorded
+        r.pop("device", None)
+    for s in data["steps"]:
+        for r in s["delta"]["upsert"]:
+            r.pop("device", None)
+    old = Trace.loads(json.dumps(data))
+    assert old.initial_graph.nodes["layer_norm_3"].device is None
+    assert "  device  (not recorded)" in node_info_text(node_info(old, "layer_norm_3"))
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    assert main(["inspect", str(tmp_path / "old.json"), "layer_norm_3"]) == 0
+    assert "device  (not recorded)" in capsys.readouterr().out
+
+
+def test_the_node_a_failing_step_breaks_shows_its_changed_input_strides_and_its_error(tmp_path, monkeypatch, capsys):
+    """Upstream's batch_layernorm on the held-in input: the trace records the unbound
+    piece with the old layer_norm's strides (upstream's metadata), the replay finds the
+    real ones, and the .view that reads them is the node that raises."""
+    from optimus.run import observe
+    from test_observe import HELD_IN
+
+    (tmp_path / "held_in.py").write_text(HELD_IN)
+    monkeypatch.chdir(tmp_path)
+    up = observe("held_in.py:build", options={"batch_layernorm": {}}, verify=True).trace
+    assert up.step(1).verify.ok is False
+    info = node_info(up, "view", step=1)
+    (c,) = info.changes
+    assert c.before == ("layer_norm", [4, 16], [16, 1]) and c.after[0].startswith("getitem")
+    assert c.actual == [80, 1] and c.layout == "view needs strides compatible with the new shape"
+    assert info.failure.startswith("RuntimeError: view size is not compatible")
+    assert node_info(up, "view", step=0).changes == []           # the captured graph: nothing changed yet
+    up.save(tmp_path / "up.json")
+    assert main(["inspect", str(tmp_path / "up.json"), "view", "--step", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "the tensor has stride [80, 1] when run" in out and "raises  RuntimeError: view size" in out

@@ -133,3 +133,15 @@ def test_upstreams_unbind_stack_to_slices_crash_is_recorded_and_its_repro_raises
     for s in t.steps[:-1]:                       # upstream's pattern-pass steps replay one match each
         out = []
         assert run_repro(t.before(s.index).to_json(), step_spec(t, s.index), out=out.append) == 0, out
+
+
+def test_steps_that_fail_only_because_an_earlier_step_broke_the_graph_are_not_flagged_as_defects(held_in, capsys):
+    """With upstream's default passes the held-in graph breaks at batch_layernorm and stays
+    broken: the later split/cat step fails with the same error but is not a defect of its own."""
+    assert main(["observe", held_in, "--trace", "up.json"]) == 1
+    out = capsys.readouterr().out
+    t = Trace.load("up.json")
+    ((first, inherited),) = t.failure_runs()
+    assert first.pattern == "BatchLayernormFusion" and inherited and all(s.index > first.index for s in inherited)
+    assert out.count("UPSTREAM DEFECT") == 1
+    assert f"fail the same way only because the graph is still broken from step {first.index}" in out

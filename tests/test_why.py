@@ -128,3 +128,56 @@ def test_optimus_passes_whose_reader_has_left_stops_quietly(monkeypatch):
         assert main(["passes"]) == 0
     finally:
         os.close(fd)
+
+
+def test_a_dry_run_names_the_nodes_it_creates_as_the_recorded_run_did():
+    """The trace of ``optimus run`` (on the capture itself) and the dry run of ``optimus
+    why`` (on a copy) give every created node the same name, so ``why --step`` can be asked
+    about a name read in the trace."""
+    from optimus.run import optimize
+
+    trace = optimize("sample:recsys_towers", verify="off").trace
+    dry = DryRun(_captured("recsys_towers").gm, default_pipeline())
+    assert [(s.pattern, s.sites, s.created) for s in dry.steps] == \
+           [(s.pattern, s.sites, s.created) for s in trace.steps]
+
+
+def test_trace_dry_run_reads_our_trace_at_its_steps_and_an_upstream_trace_from_its_rebuilt_graph(tmp_path,
+                                                                                                 monkeypatch):
+    from optimus.run import observe, optimize
+    from optimus.why import trace_dry_run
+    from test_observe import HELD_IN
+
+    trace = optimize("sample:recsys_towers", verify="off").trace
+    k = next(s.index for s in trace.steps if s.pattern == "remove_unbind_stack")
+    dry, how = trace_dry_run(trace, k, "sample:recsys_towers")
+    assert how.startswith("a dry run of the trace's passes") and dry.step == k
+    v = dry.explain(trace.step(k).sites[0], ["remove_unbind_stack"]).verdicts[0]
+    assert v.applies and v.step == k
+    with pytest.raises(WhyError, match="outside"):
+        trace_dry_run(trace, len(trace.steps) + 2, "sample:recsys_towers")
+
+    (tmp_path / "held_in.py").write_text(HELD_IN)
+    monkeypatch.chdir(tmp_path)
+    up = observe("held_in.py:build", options={"batch_layernorm": {}}, verify=True).trace
+    dry, how = trace_dry_run(up, 1, "held_in.py:build")          # upstream's trace: our pipeline on its graph
+    assert "rebuilt from the trace" in how
+    (v,) = dry.explain("layer_norm", ["batch_layernorm"]).verdicts
+    assert v.applies and sorted(v.with_nodes) == [f"layer_norm_{i}" for i in range(1, 5)]
+    with pytest.raises(WhyError, match="cannot be run"):           # after upstream's broken step: view fails
+        trace_dry_run(up, 2, "held_in.py:build")
+
+
+def test_a_near_miss_carries_its_partial_match():
+    from optimus.engine import Pass, Pipeline
+    from optimus.pattern import REGISTRY, SearchOptions
+    from tests.test_search import towers
+
+    gm = towers(1, 4)
+    pipe = Pipeline([Pass("l", [REGISTRY["batch_linear"]], options=SearchOptions(min_fuse_set_size=2))])
+    lin = [n.name for n in gm.graph.nodes if "linear" in str(n.target)]
+    (v,) = DryRun(gm, pipe).explain(lin[1]).verdicts
+    assert sorted(v.partial) == sorted([lin[0], lin[2], lin[3]])   # the others sharing its group key
+    gm = _captured("recsys_towers").gm
+    (v,) = DryRun(gm, default_pipeline()).explain("h", ["remove_split_cat"]).verdicts
+    assert not v.applies and v.partial == ["h"] and "not split" in v.text
