@@ -7,7 +7,7 @@ from __future__ import annotations
 from optimus.pipeline import Pass, Pipeline
 from optimus.pattern import REGISTRY
 from optimus.passes import batch, split_cat  # noqa: F401  (registration)
-from optimus.passes import normalize, split_cat_extra  # noqa: F401  (registration)
+from optimus.passes import normalize, einsum  # noqa: F401  (registration)
 
 BATCH_PASSES = ["batch_linear_lhs", "batch_linear", "batch_layernorm", "batch_tanh", "batch_sigmoid", "batch_relu",
                 "batch_detach", "batch_nan_to_num", "batch_clamp", "batch_dropout"]
