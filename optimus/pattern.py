@@ -130,6 +130,9 @@ class BatchPattern(Pattern):
     kind = "batch"
     options = SearchOptions()
     anchors: frozenset = frozenset()
+    #: place in the default pipeline (``optimus.passes.BATCH_PASSES`` sorts the registry by
+    #: it); None keeps a pattern out of it (a user's pattern runs where its file puts it)
+    pipeline_order: int | None = None
 
     def key(self, node: Node) -> Hashable | Miss:
         raise NotImplementedError
