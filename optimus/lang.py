@@ -297,7 +297,7 @@ class Require:
         """None when the condition holds for ``b``, else the reason."""
         if self.check is not None:
             return self.check(b) or None
-        if self.cond(b):
+        if self.cond is None or self.cond(b):
             return None
         return self.reason(b) if callable(self.reason) else self.reason
 

@@ -160,7 +160,7 @@ class RewritePattern(Pattern):
         raise NotImplementedError
 
 
-def off_anchor(pattern: Pattern, node: Node) -> Miss | None:
+def off_anchor(pattern: RewritePattern, node: Node) -> Miss | None:
     """A Miss when ``node``'s target (a function, or a method name for call_method) is
     not one of ``pattern.anchors``; None when it is, or when the pattern has no anchors."""
     if not pattern.anchors:

@@ -169,8 +169,8 @@ def getitem_piece(accept: Callable[[Parts], bool]) -> Callable[[Node], tuple[Par
             return None
         src = t.args[0]
         if src not in cache:
-            p = parts_of(src)
-            cache[src] = p if isinstance(p, Parts) and accept(p) else None
+            read = parts_of(src)
+            cache[src] = read if isinstance(read, Parts) and accept(read) else None
         p = cache[src]
         if p is None:
             return None
