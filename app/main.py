@@ -393,7 +393,7 @@ def main() -> None:
     downloads(trace)
 
 
-PAGES = ("Step viewer", "Pattern Lab")
+PAGES = ("Step viewer", "Pattern Lab", "Teach")
 
 
 def page() -> None:
@@ -407,6 +407,13 @@ def page() -> None:
             st.title("Optimus Lens")
             st.caption("Pattern Lab: write a pattern, preview its matches, apply it as a pass.")
         lab.page()
+    elif choice == "Teach":
+        from app import teach
+
+        with st.sidebar:
+            st.title("Optimus Lens")
+            st.caption("Teach: a guided walk through one pattern on its teaching model.")
+        teach.page()
     else:
         main()
 

@@ -96,7 +96,9 @@ def capture(model: torch.nn.Module, example_inputs: tuple, method: str = "dynamo
     if not isinstance(example_inputs, tuple):
         example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
     t0 = time.perf_counter()
-    dynamo_graphs, eager = None, []
+    dynamo_graphs: int | None = None
+    eager: list[str] = []
+    breaks: list = []
     try:
         if method == "symbolic":
             graphs, breaks = [_symbolic(model, example_inputs)], []
@@ -155,7 +157,8 @@ def _dynamo(model, inputs, dynamic: bool = False) -> tuple[list, list[str], int 
         torch._dynamo.reset()
     new = [r for r, k in counters["unimplemented"].items() if k > seen.get(r, 0)]
     eager = [_reason_text(r) for r in new if "frame skipped" in r or "Skipping the frame" in r]
-    dynamo_graphs, breaks = None, []
+    dynamo_graphs: int | None = None
+    breaks: list = []
     if len(graphs) > 1 or new:
         dynamo_graphs, breaks = _explain(model, inputs)
     return graphs, breaks, dynamo_graphs, eager

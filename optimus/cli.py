@@ -507,6 +507,22 @@ def cmd_report(a) -> int:
     return subprocess.call(cmd, cwd=os.getcwd())
 
 
+def cmd_lesson(a) -> int:
+    """Write a pattern's walkthrough as an offline HTML lesson (``--all``: one per pattern).
+    The drawing lives in ``viz``, so this runs ``python -m viz.lesson``; an unknown pattern
+    is refused here first (exit 2, the known ones listed)."""
+    from optimus.teach import predefined
+
+    names = predefined()
+    if a.all == bool(a.pattern) or (a.pattern and a.pattern not in names):
+        what = f"unknown pattern {a.pattern!r}" if a.pattern and not a.all else "give one PATTERN or --all"
+        print(f"optimus lesson: {what}; patterns: {', '.join(names)}", file=sys.stderr)
+        return EXIT_INPUT
+    cmd = [sys.executable, "-m", "viz.lesson", *([a.pattern] if a.pattern else ["--all"]), "-o", a.output,
+           "--repeats", str(a.repeats), "--text-scale", str(a.text_scale)]
+    return subprocess.call(cmd, cwd=os.getcwd())
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="optimus", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -650,6 +666,14 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--step", type=int, help="the graph after this many steps (default: the last graph "
                      "holding the node; 0 is the captured graph)")
     ins.set_defaults(fn=cmd_inspect)
+    le = sub.add_parser("lesson", help="write a pattern's walkthrough (what it looks for, the search, the match, "
+                        "the graph after, what it bought, a why-not exercise) as one offline HTML file")
+    le.add_argument("pattern", nargs="?", help="a predefined pattern (see `optimus passes`)")
+    le.add_argument("--all", action="store_true", help="every predefined pattern: -o is a directory, DIR/PATTERN.html")
+    le.add_argument("-o", "--output", required=True, help="the HTML file (a directory with --all)")
+    le.add_argument("--repeats", type=int, default=7, help="latency samples per graph (default 7)")
+    le.add_argument("--text-scale", type=float, default=1.0, help="text and zoom scale (1.7 suits a projector)")
+    le.set_defaults(fn=cmd_lesson)
     w = sub.add_parser("app", help="start the Streamlit app")
     w.add_argument("--port", type=int, default=8501)
     w.add_argument("--host", default="127.0.0.1",

@@ -116,7 +116,7 @@ def compile(model, passes: list[str] | None = None, **torch_compile_kwargs):  # 
     traces: list[Trace] = []
     options["pre_grad_custom_pass"] = OptimusPreGradPass(passes, traces, type(model).__name__)
     compiled = torch.compile(model, options=options, **kw)
-    compiled.optimus_traces = traces
+    compiled.optimus_traces = traces  # type: ignore[attr-defined]
     return compiled
 
 

@@ -15,7 +15,7 @@ import gc
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, cast
 
 from torch.fx import Graph, GraphModule, Node
 
@@ -73,7 +73,7 @@ def copy_graph_module(gm: GraphModule) -> GraphModule:
     FakeTensors are shared, not cloned). O(nodes)."""
     g = Graph()
     g._codegen = gm.graph._codegen
-    rv, out = g.graph_copy(gm.graph, {}, return_output_node=True)
+    rv, out = g.graph_copy(gm.graph, {}, return_output_node=True)  # type: ignore[misc]
     g.output(rv, type_expr=getattr(out, "type", None))
     return GraphModule(gm, g)
 
@@ -213,7 +213,7 @@ class Engine:
                     if isinstance(pattern, BatchPattern):
                         gen = self._sweep_batch(p, pattern)
                     else:
-                        gen = self._sweep_rewrite(p, pattern)
+                        gen = self._sweep_rewrite(p, cast(RewritePattern, pattern))
                     for step in gen:
                         changed = changed or step.error is None
                         yield step
@@ -296,7 +296,7 @@ class Engine:
                     skipped.update(subset)
                     continue
                 match_s = time.perf_counter() - t_match
-                yield self._apply(p, pattern, subset, lambda rw, s=subset: pattern.fuse(rw, s), match_s)
+                yield self._apply(p, pattern, subset, lambda rw, s=subset: pattern.fuse(rw, s), match_s)  # type: ignore[misc]
                 t_match = time.perf_counter()
 
     def _sweep_batch(self, p: Pass, pattern: BatchPattern) -> Iterator[Step]:
@@ -321,7 +321,8 @@ class Engine:
                     grouped = True
                     for subset in independent_subsets(nodes, self.index, opts):
                         match_s = time.perf_counter() - t_match
-                        yield self._apply(p, pattern, subset, lambda rw, s=subset: pattern.fuse(rw, s), match_s)
+                        yield self._apply(p, pattern, subset, lambda rw, s=subset: pattern.fuse(rw, s),  # type: ignore[misc]
+                                          match_s)
                         t_match = time.perf_counter()
                 if not grouped:
                     dirty.discard(node)
@@ -360,7 +361,7 @@ class Engine:
             if m is None or isinstance(m, Miss):
                 continue
             match_s = time.perf_counter() - t_match
-            step = self._apply(p, pattern, m.nodes, lambda rw, m=m: pattern.rewrite(rw, m), match_s)
+            step = self._apply(p, pattern, m.nodes, lambda rw, m=m: pattern.rewrite(rw, m), match_s)  # type: ignore[misc]
             if step.error is not None:  # rolled back: not this pattern at this anchor again
                 self._refused.setdefault(pattern.name, set()).add(node)
             yield step

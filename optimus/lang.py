@@ -388,9 +388,9 @@ def _signatures(node: Node) -> list[inspect.Signature]:
     up as the ``torch`` function of that name, whose first parameter is the tensor)."""
     from torch.fx.operator_schemas import get_signature_for_torch_op
 
-    target = node.target
+    target: Any = node.target
     if node.op == "call_method":
-        target = getattr(torch, target, None)
+        target = getattr(torch, str(target), None)
         if target is None:
             return []
     try:

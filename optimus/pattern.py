@@ -24,7 +24,10 @@ class Miss(str):
     """Why a pattern does not apply at a node: a short reason, e.g. ``"input is not 2-D"``.
 
     A ``str`` subclass so patterns can ``return Miss("...")`` cheaply in the hot path.
+    ``partial`` (set by :mod:`optimus.lang`) lists the nodes matched before the failure.
     """
+
+    partial: list
 
 
 def is_miss(x: Any) -> bool:
@@ -227,6 +230,8 @@ def _where(obj: Any) -> str:
         _, line = inspect.getsourcelines(obj)
     except (TypeError, OSError):
         return ""
+    if file is None:
+        return ""
     root = Path(__file__).resolve().parent.parent
     try:
         file = str(Path(file).resolve().relative_to(root))
@@ -272,7 +277,7 @@ def why_not(pattern: Pattern, node: Node) -> str | None:
     """None if ``pattern`` could apply at ``node``, else the reason it cannot."""
     if isinstance(pattern, RewritePattern) and (off := off_anchor(pattern, node)):
         return str(off)
-    r = pattern.key(node) if isinstance(pattern, BatchPattern) else pattern.match(node)
+    r = pattern.key(node) if isinstance(pattern, BatchPattern) else pattern.match(node)  # type: ignore[attr-defined]
     if r is None:
         return "no match"
     return str(r) if isinstance(r, Miss) else None

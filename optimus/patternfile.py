@@ -23,7 +23,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 from torch.fx import Graph, GraphModule, Node
@@ -97,7 +97,7 @@ def graph_to_pattern(graph: Graph) -> lang.Op:
         built[n] = p
         return p
 
-    return to_pat(root)
+    return cast(lang.Op, to_pat(root))  # the root is a call: to_pat made an Op
 
 
 LangPattern = lang.RulePattern  #: a pattern file's declarative rule as a RewritePattern
@@ -172,6 +172,8 @@ def load_pattern_file(path: str | Path) -> PatternFile:
         raise PatternFileError(path, "no such file")
     mod_name = f"optimus_user_patterns_{stem}_{next(_LOADS)}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise PatternFileError(path, "not a Python file that can be imported")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
@@ -267,7 +269,8 @@ def preview(gm: GraphModule, patterns: list[Pattern]) -> Preview:
     matches: list[PreviewMatch] = []
     misses: list[NearMiss] = []
     for p in patterns:
-        nodes = [n for n in gm.graph.nodes if not p.anchors or _target(n) in p.anchors]
+        anchors = getattr(p, "anchors", None)
+        nodes = [n for n in gm.graph.nodes if not anchors or _target(n) in anchors]
         if isinstance(p, BatchPattern):
             groups: dict[Any, list[str]] = {}
             for n in nodes:
@@ -283,7 +286,7 @@ def preview(gm: GraphModule, patterns: list[Pattern]) -> Preview:
                     misses.append(NearMiss(p.name, names[0], "no other node shares its group key", []))
             continue
         for n in nodes:
-            m = _call(p, p.match, n)
+            m = _call(p, p.match, n)  # type: ignore[attr-defined]
             if isinstance(m, Miss):
                 misses.append(NearMiss(p.name, n.name, str(m), [x.name for x in getattr(m, "partial", [])]))
             elif m is not None:

@@ -447,7 +447,7 @@ def find_cycle(changed: list[Node], level: dict | None) -> list[Node] | None:
             if st == 1:
                 path = [m for m, _ in stack]
                 return path[path.index(nxt):] + [nxt]
-            if floor is not None and nxt not in cset and nxt in level and level[nxt] < floor:
+            if floor is not None and level is not None and nxt not in cset and nxt in level and level[nxt] < floor:
                 continue
             state[nxt] = 1
             stack.append((nxt, iter(nxt.all_input_nodes)))

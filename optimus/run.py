@@ -105,6 +105,8 @@ def _import_file(path: str):
         raise ModelSpecError(f"no such model file: {path} (looked for {file})")
     name = "optimus_user_" + "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(file))[0])
     spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ModelSpecError(f"{path}: not a Python file that can be imported")
     mod = importlib.util.module_from_spec(spec)
     folder = os.path.dirname(file)
     added = folder not in sys.path
@@ -235,7 +237,7 @@ def optimize(spec_or_model: str | torch.nn.Module, inputs: tuple | None = None, 
     if passes is not None or skip:
         pipe = pipe.only(select_passes(pipe.names(), passes, skip))
     if captured is None:
-        captured = capture(model, tuple(inputs), method=capture_method, graph_index=graph_index, dynamic=dynamic)
+        captured = capture(model, tuple(inputs or ()), method=capture_method, graph_index=graph_index, dynamic=dynamic)
     if on_capture is not None:
         on_capture(captured)
     engine = Engine(captured.gm, captured.example_inputs, pipe,

@@ -74,7 +74,7 @@ class NodeRecord:
         dtype, module, source) are left out, and so is ``inputs`` when it is what
         :func:`refs_in` derives from ``args`` and ``kwargs`` (always, for records built by
         :func:`optimus.record.node_record`). :meth:`from_json` restores both."""
-        d = {"name": self.name, "op": self.op, "target": self.target}
+        d: dict[str, Any] = {"name": self.name, "op": self.op, "target": self.target}
         if self.args:
             d["args"] = self.args
         if self.kwargs:
@@ -263,7 +263,7 @@ class Step:
     created: list[str]
     erased: list[str]
     replaced: dict[str, str]
-    delta: Delta
+    delta: Delta | None
     match_s: float
     rewrite_s: float
     nodes_after: int
@@ -281,7 +281,7 @@ class Step:
         out = {
             "index": self.index, "pass": self.pass_name, "pattern": self.pattern,
             "sites": self.sites, "created": self.created, "erased": self.erased,
-            "replaced": self.replaced, "delta": self.delta.to_json(),
+            "replaced": self.replaced, "delta": self.delta.to_json() if self.delta is not None else None,
             "match_s": self.match_s, "rewrite_s": self.rewrite_s, "nodes_after": self.nodes_after,
             "verify": asdict(self.verify) if self.verify is not None else None,
         }
@@ -296,7 +296,7 @@ class Step:
         return cls(
             index=d["index"], pass_name=d["pass"], pattern=d["pattern"], sites=d["sites"],
             created=d["created"], erased=d["erased"], replaced=d.get("replaced", {}),
-            delta=Delta.from_json(d["delta"]), match_s=d["match_s"], rewrite_s=d["rewrite_s"],
+            delta=Delta.from_json(d["delta"]) if d.get("delta") is not None else None, match_s=d["match_s"], rewrite_s=d["rewrite_s"],
             nodes_after=d["nodes_after"],
             verify=VerifyResult(**d["verify"]) if d.get("verify") is not None else None,
             info=d.get("info", {}),
@@ -348,6 +348,8 @@ class Trace:
         replayed = 0
         for i in range(base, k):
             delta = self.steps[i].delta
+            if delta is None:
+                raise ValueError(f"step {i + 1} was recorded without its delta (record=False): its graph cannot be replayed")
             snap.apply(delta)
             replayed += len(delta.upsert) + len(delta.remove)
             if replayed * CHECKPOINT_SHARE >= len(snap):

@@ -19,6 +19,7 @@ from . import demo as _demo  # noqa: E402,F401
 from . import teaching as _teaching  # noqa: E402,F401
 from . import teaching_split_cat as _teaching_split_cat  # noqa: E402,F401
 from . import teaching_batch as _teaching_batch  # noqa: E402,F401
+from . import teaching_identities as _teaching_identities  # noqa: E402,F401
 from . import realistic as _realistic  # noqa: E402,F401
 from . import perf as _perf  # noqa: E402,F401
 from . import recsys_real as _recsys_real  # noqa: E402,F401
