@@ -26,7 +26,10 @@ The parts:
 * :class:`Pieces` — a list that is *every* output of one tuple-producing node (split,
   unbind, chunk), ``getitem(P, 0) .. getitem(P, n-1)`` in order, with ``P`` matched by a
   sub-pattern; :class:`Each` — a list whose every element matches one sub-pattern.
-* :func:`require` — a predicate over the bindings with the reason it gives when false.
+* :func:`require` — a predicate over the bindings with the reason it gives when false;
+  :func:`check` — a function of the bindings returning that reason (a Miss) or None.
+* :class:`Rule` — a pattern and its replacement: one value for the root, or (``pieces``)
+  one value per output of a tuple-valued root (a split or unbind replaced piece by piece).
 """
 from __future__ import annotations
 
@@ -261,8 +264,9 @@ class Op(Pat):
             if miss is not None:
                 return miss
         for r in self.where:
-            if not r.cond(b):
-                return _fail(here, r.reason(b) if callable(r.reason) else r.reason)
+            why = r.why(b)
+            if why:
+                return _fail(here, why)
         return None
 
 
@@ -281,16 +285,34 @@ _MODULE_OF: dict[Node, Any] = {}  # call_module node -> submodule, filled by mat
 
 @dataclass(frozen=True)
 class Require:
-    """A condition over the bindings with the reason shown when it is false."""
+    """A condition over the bindings with the reason shown when it is false (``cond`` and
+    ``reason``), or one function giving that reason or None when the condition holds
+    (``check``)."""
 
-    cond: Callable[[Bindings], bool]
-    reason: str | Callable[[Bindings], str]
+    cond: Callable[[Bindings], bool] | None = None
+    reason: str | Callable[[Bindings], str] = ""
+    check: Callable[[Bindings], str | None] | None = None
+
+    def why(self, b: Bindings) -> str | None:
+        """None when the condition holds for ``b``, else the reason."""
+        if self.check is not None:
+            return self.check(b) or None
+        if self.cond is None or self.cond(b):
+            return None
+        return self.reason(b) if callable(self.reason) else self.reason
 
 
 def require(cond: Callable[[Bindings], bool], reason: str | Callable[[Bindings], str]) -> Require:
     """A predicate for ``Op(..., where=[...])``: ``require(lambda b: b["d"] == 1, "dim is not 1")``.
     ``reason`` may be a function of the bindings for a reason that names values."""
     return Require(cond, reason)
+
+
+def check(fn: Callable[[Bindings], str | None]) -> Require:
+    """A predicate for ``Op(..., where=[...])`` given as one function of the bindings that
+    returns why the match fails (a Miss or a string), or None when it holds:
+    ``check(lambda b: mutation_miss(b["cat"]))`` reuses a Miss-returning analysis as is."""
+    return Require(check=fn)
 
 
 @dataclass(frozen=True)
@@ -320,7 +342,8 @@ class Pieces(Pat):
     """Every output of one tuple-producing node, in order: ``[getitem(P, 0), ...,
     getitem(P, n-1)]`` where ``P`` (a split, unbind or chunk) has exactly ``n`` outputs
     (from its ``example_value``) and matches ``producer``. ``name`` binds the list of
-    getitem nodes."""
+    getitem nodes. The getitems are part of the match's site (a rule erases them with
+    ``P`` once nothing else uses them)."""
 
     producer: Pat
     name: str | None = None
@@ -343,6 +366,8 @@ class Pieces(Pat):
             return _fail(path, f"producer {_text(parent)} has no tuple example value")
         if len(total) != len(value):
             return _fail(path, f"{len(value)} of {_text(parent)}'s {len(total)} pieces are taken")
+        if isinstance(b, Bindings):
+            b.nodes.extend(v for v in value if v not in b.nodes)
         miss = self.producer._match(parent, b, f"{path}[*]")
         if miss is not None:
             return miss
@@ -446,13 +471,19 @@ class Rule:
     :class:`~optimus.rewriter.Rewriter` ``rw``: ``rw.call(fn, *args, **kwargs)``, or
     ``rw.create("call_method", name, args, kwargs)``). The root is
     then replaced and erased, and every other matched node nothing uses any more is
-    erased. ``name`` and ``description`` are what ``optimus passes`` and the viewer show."""
+    erased. ``name`` and ``description`` are what ``optimus passes`` and the viewer show.
+
+    ``pieces=True``: the root is tuple-valued (a split, an unbind) and ``replace`` returns
+    a list of values, ``getitem(root, i)`` replaced by element ``i``; the rule matches only
+    where every user of the root is such a getitem with a constant int index (at least
+    one)."""
 
     name: str
     pattern: Op
     replace: Callable[..., Any]
     description: str = ""
     preconditions: tuple[str, ...] = ()
+    pieces: bool = False
 
     @property
     def anchors(self) -> frozenset:
@@ -480,6 +511,11 @@ class RulePattern(RewritePattern):
         from optimus.passes.common import writes_inputs
 
         nodes = _site(node, b)
+        if self.rule.pieces:
+            miss = _getitem_users(node)
+            if miss is not None:
+                return miss
+            nodes += [u for u in node.users if u not in nodes]
         writer = next((n for n in nodes if writes_inputs(n)), None)
         if writer is not None:
             return Miss(f"{writer.name} writes in place")
@@ -490,12 +526,27 @@ class RulePattern(RewritePattern):
         b = {k: v for k, v in m.info["bindings"].items() if not k.startswith("%")}
         with rw.inserting_before(root):
             new = self.rule.replace(rw, **b)
-        if isinstance(new, Miss) or new is None:
-            raise ValueError(f"rule {self.name} matched {root.name} but its replacement returned {new!r}")
-        if isinstance(new, Node) and new in rw.created:  # a node the rule made stands for the root
-            rw.carry_meta(root, new)
-        rw.replace_all_uses(root, new)
+        if isinstance(new, Miss) or new is None or self.rule.pieces != isinstance(new, (list, tuple)):
+            raise ValueError(f"rule {self.name} matched {root.name} but its replacement returned {new!r}"
+                             + (" (a rule with pieces=True returns one value per piece)" if self.rule.pieces else ""))
+        for old, value in ([(g, new[g.args[1]]) for g in list(root.users)] if self.rule.pieces else [(root, new)]):
+            if isinstance(value, Node) and value in rw.created:  # a node the rule made stands for the old one
+                rw.carry_meta(old, value)
+            rw.replace_all_uses(old, value)
         _erase_dead(rw, m.nodes)
+
+
+def _getitem_users(node: Node) -> Miss | None:
+    """A Miss unless every user of the tuple-valued ``node`` is ``getitem(node, i)`` with a
+    constant int ``i`` in range (at least one user)."""
+    n = len(node.meta.get("example_value") or ())
+    if not node.users:
+        return Miss(f"{node.name} has no users")
+    for u in node.users:
+        if not (u.op == "call_function" and u.target is operator.getitem and u.args[0] is node
+                and type(u.args[1]) is int and -n <= u.args[1] < n):
+            return Miss(f"{u.name} uses {node.name} but is not a getitem with a constant index")
+    return None
 
 
 def _site(root: Node, b: Bindings) -> list[Node]:

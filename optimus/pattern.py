@@ -34,6 +34,24 @@ def is_miss(x: Any) -> bool:
     return x is None or isinstance(x, Miss)
 
 
+class Refused(Exception):
+    """Raised by :func:`need` to end a match early; :meth:`AnchoredPattern.match` returns its ``miss``."""
+
+    def __init__(self, miss: Miss):
+        super().__init__(miss)
+        self.miss = miss
+
+
+def need(value: Any) -> Any:
+    """``value``, unless it is a :class:`Miss`: then the match in progress ends with it
+    (raises :class:`Refused`, which :meth:`AnchoredPattern.match` turns back into the
+    Miss). ``p = need(parts_of(node))`` replaces ``p = parts_of(node); if isinstance(p,
+    Miss): return p``."""
+    if isinstance(value, Miss):
+        raise Refused(value)
+    return value
+
+
 @dataclass
 class Match:
     """What a RewritePattern found: the anchor node, every node of the site, and any
@@ -115,6 +133,9 @@ class BatchPattern(Pattern):
     kind = "batch"
     options = SearchOptions()
     anchors: frozenset = frozenset()
+    #: place in the default pipeline (``optimus.passes.BATCH_PASSES`` sorts the registry by
+    #: it); None keeps a pattern out of it (a user's pattern runs where its file puts it)
+    pipeline_order: int | None = None
 
     def key(self, node: Node) -> Hashable | Miss:
         raise NotImplementedError
@@ -139,6 +160,36 @@ class RewritePattern(Pattern):
         raise NotImplementedError
 
     def rewrite(self, rw: "Rewriter", match: Match) -> None:
+        raise NotImplementedError
+
+
+def off_anchor(pattern: RewritePattern, node: Node) -> Miss | None:
+    """A Miss when ``node``'s target (a function, or a method name for call_method) is
+    not one of ``pattern.anchors``; None when it is, or when the pattern has no anchors."""
+    if not pattern.anchors:
+        return None
+    t = node.target if node.op in ("call_function", "call_method") else None
+    if t in pattern.anchors:
+        return None
+    return Miss(f"not an anchor ({targets_text(sorted(pattern.anchors, key=str)[:4])}...)")
+
+
+class AnchoredPattern(RewritePattern):
+    """A RewritePattern written as ``find(node)``: ``match`` first refuses a node outside
+    ``anchors`` (so asking it about any node answers truthfully, not only about the nodes
+    the engine offers), then runs ``find``, in which ``need(x)`` ends the match with
+    ``x`` when ``x`` is a Miss. The shipped split/cat patterns are written this way."""
+
+    def match(self, node: Node) -> Match | Miss:
+        miss = off_anchor(self, node)
+        if miss is not None:
+            return miss
+        try:
+            return self.find(node)
+        except Refused as r:
+            return r.miss
+
+    def find(self, node: Node) -> Match | Miss:
         raise NotImplementedError
 
 
@@ -225,10 +276,8 @@ def all_patterns() -> list[Pattern]:
 def why_not(pattern: Pattern, node: Node) -> str | None:
     """None if ``pattern`` could apply at ``node``, else the reason it cannot (a
     :class:`Miss`; a match-language pattern's Miss has ``partial``, its best partial match)."""
-    if isinstance(pattern, RewritePattern) and pattern.anchors:
-        t = node.target if node.op in ("call_function", "call_method") else None
-        if t not in pattern.anchors:
-            return f"not an anchor ({targets_text(sorted(pattern.anchors, key=str)[:4])}...)"
+    if isinstance(pattern, RewritePattern) and (off := off_anchor(pattern, node)):
+        return off
     r = pattern.key(node) if isinstance(pattern, BatchPattern) else pattern.match(node)  # type: ignore[attr-defined]
     if r is None:
         return "no match"

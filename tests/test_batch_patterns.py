@@ -116,6 +116,21 @@ def test_every_batch_pass_has_a_teaching_model_and_upstream_order():
         assert p.description and p.preconditions and p.upstream and p.source.startswith("optimus/passes/batch.py:")
 
 
+def test_the_default_pipeline_runs_the_batch_fusions_in_their_registered_pipeline_order():
+    """One source of truth: each shipped fusion's ``pipeline_order`` (upstream's registration
+    order in group_batch_fusion.py) places it; patterns registered without one stay out."""
+    from optimus.passes import default_pipeline
+
+    shipped = sorted((p for p in REGISTRY.values() if p.kind == "batch" and p.pipeline_order is not None),
+                     key=lambda p: p.pipeline_order)
+    names = default_pipeline().names()
+    assert [n for n in names if n.startswith("batch_")] == [p.name for p in shipped] == BATCH_PASSES
+    from torch._inductor.fx_passes.group_batch_fusion import PRE_GRAD_FUSIONS
+
+    assert BATCH_PASSES == [n for n in PRE_GRAD_FUSIONS if n in BATCH_PASSES]
+    assert all(p.pipeline_order is None for p in REGISTRY.values() if p.kind == "batch" and p.name not in BATCH_PASSES)
+
+
 def test_layernorm_variants_are_grouped_by_affine_parameters_and_normalized_shape():
     trace, original, _ = run_pass("teach_batch_layernorm_variants", "batch_layernorm")
     snap = trace.graph_at(0)

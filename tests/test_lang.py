@@ -131,10 +131,101 @@ def test_the_shipped_split_cat_identity_is_a_rule_of_the_language_with_its_reaso
     from optimus.pattern import Match, get, why_not
 
     p = get("remove_split_cat")
-    assert isinstance(p, RulePattern) and p.source.startswith("optimus/passes/split_cat.py:")
+    assert isinstance(p, RulePattern) and p.source.startswith("optimus/passes/split_cat/identities.py:")
     gm = _gm(SplitCat(), torch.randn(3, 6))
     assert isinstance(p.match(_node(gm, torch.cat)), Match)
     gm = _gm(SplitCat(cat_dim=0), torch.randn(3, 6))
     assert why_not(p, _node(gm, torch.cat)) == "cat: cat dim 0 != split dim 1"
     gm = _gm(SplitCat(take=2), torch.randn(3, 6))
     assert "2 of split's 3 pieces are taken" in why_not(p, _node(gm, torch.cat))
+
+
+def test_check_takes_a_miss_returning_function_as_a_predicate():
+    from optimus.lang import check
+
+    gm = _gm(SplitCat(), torch.randn(3, 6))
+    cat = _node(gm, torch.cat)
+    ok = Op(CAT, Var("ts"), where=[check(lambda b: None)])
+    assert isinstance(match(ok, cat), dict)
+    refused = Op(CAT, Var("ts"), where=[check(lambda b: Miss(f"{len(b['ts'])} tensors is too many"))])
+    assert match(refused, cat) == "cat: 3 tensors is too many"
+
+
+def test_pieces_put_the_getitems_in_the_site_between_the_root_and_the_producer():
+    gm = _gm(SplitCat(), torch.randn(3, 6))
+    b = match(SPLIT_CAT, _node(gm, torch.cat))
+    assert [n.name for n in b.nodes] == ["cat", "getitem", "getitem_1", "getitem_2", "split"]
+
+
+def _run_rule(model, rule, *inputs):
+    from optimus.engine import Engine, Pass, Pipeline, RunOptions
+    from optimus.lang import RulePattern
+
+    gm = _gm(model, *inputs)
+    trace = Engine(gm, inputs, Pipeline([Pass("p", [RulePattern(rule)])]), RunOptions(verify="step")).run()
+    return trace, gm
+
+
+def test_a_rule_identity_erases_the_pieces_and_the_split_it_no_longer_needs():
+    from optimus.lang import Rule
+
+    trace, gm = _run_rule(SplitCat(), Rule("split_cat", SPLIT_CAT, lambda rw, x, **_: x), torch.randn(3, 6))
+    assert [s.pattern for s in trace.steps] == ["split_cat"] and trace.final_verify.ok
+    assert {n.op for n in gm.graph.nodes} == {"placeholder", "call_function", "output"}
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [__import__("operator").add]
+
+
+class UnbindStackUse(nn.Module):
+    def forward(self, x, y):
+        u = torch.unbind(torch.stack([x, y], dim=0), dim=0)
+        return u[1] * 2 + u[0]
+
+
+def test_a_pieces_rule_replaces_each_getitem_of_a_tuple_valued_root_by_its_element():
+    from optimus.lang import Rule
+    from optimus.passes.common import STACK, UNBIND
+
+    rule = Rule("stack_unbind", Op(UNBIND, Op(STACK, Var("xs"), dim=0), dim=0), lambda rw, xs, **_: list(xs),
+                pieces=True)
+    trace, gm = _run_rule(UnbindStackUse(), rule, torch.randn(2, 3), torch.randn(2, 3))
+    assert [s.pattern for s in trace.steps] == ["stack_unbind"] and trace.final_verify.ok
+    assert not [n for n in gm.graph.nodes if n.target in (torch.stack, torch.unbind)]
+
+
+def test_a_pieces_rule_refuses_a_root_used_other_than_through_getitems():
+    from optimus.lang import Rule, RulePattern
+    from optimus.passes.common import STACK, UNBIND
+
+    p = RulePattern(Rule("stack_unbind", Op(UNBIND, Op(STACK, Var("xs"))), lambda rw, xs, **_: list(xs),
+                         pieces=True))
+    class WholeTuple(nn.Module):  # FX keeps cat(unbind(...)) whole; Dynamo would unpack it
+        def forward(self, x, y):
+            return torch.cat(torch.unbind(torch.stack([x, y])))
+
+    unbind = _node(torch.fx.symbolic_trace(WholeTuple()), torch.unbind)
+    miss = p.match(unbind)
+    assert isinstance(miss, Miss) and "is not a getitem with a constant index" in miss
+
+
+def test_anchored_patterns_refuse_other_ops_and_need_ends_the_match_with_the_miss():
+    from optimus.pattern import AnchoredPattern, Match, need
+
+    class FirstPieceOfASplit(AnchoredPattern):
+        name = "first_piece"
+        anchors = frozenset({torch.cat})
+
+        def find(self, node):
+            ts = need(Miss("no list") if not isinstance(node.args[0], (list, tuple)) else node.args[0])
+            return Match(node, [node]) if ts[0].target is __import__("operator").getitem else Miss("not a piece")
+
+    gm = _gm(SplitCat(), torch.randn(3, 6))
+    p = FirstPieceOfASplit()
+    assert isinstance(p.match(_node(gm, torch.cat)), Match)
+    assert p.match(next(n for n in gm.graph.nodes if n.op == "placeholder")).startswith("not an anchor")
+    cat = _node(gm, torch.cat)
+    old = cat.args
+    cat.args = (cat.args[0][0], 1)
+    try:
+        assert p.match(cat) == "no list"
+    finally:
+        cat.args = old

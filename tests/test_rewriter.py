@@ -213,7 +213,7 @@ def test_no_shipped_pattern_mutates_the_graph_directly():
                           r"inserting_after)\(|\.(args|kwargs|target|op|name)\s*=[^=]|\.meta\[[^\]]*\]\s*=[^=]|"
                           r"\.meta\.(update|pop|setdefault)\(")
     root = Path(__file__).resolve().parent.parent / "optimus" / "passes"
-    hits = [f"{p.name}:{i}: {line.strip()}" for p in sorted(root.glob("*.py"))
+    hits = [f"{p.name}:{i}: {line.strip()}" for p in sorted(root.rglob("*.py"))
             for i, line in enumerate(p.read_text().splitlines(), 1) if mutators.search(line)]
     assert hits == []
 

@@ -1,5 +1,5 @@
-"""The split/cat family of pattern passes (optimus/passes/normalize.py, split_cat.py,
-split_cat_extra.py) and the pipelines built from upstream-style options.
+"""The split/cat family of pattern passes (optimus/passes/normalize.py, split_cat/, einsum.py)
+and the pipelines built from upstream-style options.
 
 Each pattern is run on a teaching model or a small module captured with Dynamo, in the
 style of upstream's test/inductor/test_split_cat_fx_passes.py: the number of steps, the

@@ -7,10 +7,13 @@ from __future__ import annotations
 from optimus.pipeline import Pass, Pipeline
 from optimus.pattern import REGISTRY
 from optimus.passes import batch, split_cat  # noqa: F401  (registration)
-from optimus.passes import normalize, split_cat_extra  # noqa: F401  (registration)
+from optimus.passes import normalize, einsum  # noqa: F401  (registration)
 
-BATCH_PASSES = ["batch_linear_lhs", "batch_linear", "batch_layernorm", "batch_tanh", "batch_sigmoid", "batch_relu",
-                "batch_detach", "batch_nan_to_num", "batch_clamp", "batch_dropout"]
+# the shipped batch fusions in pipeline order: each registration's ``pipeline_order`` (upstream's
+# order, the registration order of torch/_inductor/fx_passes/group_batch_fusion.py)
+BATCH_PASSES = [p.name for p in sorted((p for p in REGISTRY.values()
+                                        if p.kind == "batch" and p.pipeline_order is not None),
+                                       key=lambda p: p.pipeline_order)]
 CLEANUP_PATTERNS = ["remove_unbind_stack", "remove_stack_unbind", "remove_split_cat", "remove_cat_split"]
 # upstream pre-grad pattern pass name -> our patterns (torch/_inductor/fx_passes/split_cat.py)
 PATTERN_PASSES = {

@@ -160,6 +160,7 @@ class BatchLinear(BatchPattern):
     [addmm: (N,) or (M, N)] -> X (n, M, K), W' (n, K, N), Y (n, M, N).
     """
 
+    pipeline_order = 1
     name = "batch_linear"
     anchors = LINEAR_LIKE
     upstream = "PreGradBatchLinearFusion (batch_linear)"
@@ -246,6 +247,7 @@ class BatchLinearLHS(BatchPattern):
     linear is a match and the search never expands past a match.
     """
 
+    pipeline_order = 0
     name = "batch_linear_lhs"
     anchors = LINEAR_LIKE
     upstream = "BatchLinearLHSFusion (batch_linear_lhs)"
@@ -383,6 +385,7 @@ class BatchLayerNorm(BatchPattern):
     (the multiply / add is left out when absent).
     """
 
+    pipeline_order = 2
     name = "batch_layernorm"
     anchors = frozenset().union(*LAYER_NORM)
     upstream = "BatchLayernormFusion (batch_layernorm)"
@@ -491,6 +494,7 @@ def _not_inplace(args: dict) -> Miss | None:
 class BatchRelu(BatchUnary):
     """``relu(x_i)`` -> ``unbind(relu(stack(x_i)))``; every spelling, where upstream matches ``F.relu`` only."""
 
+    pipeline_order = 5
     name, op = "batch_relu", "relu"
     functions, methods = frozenset(RELU[0]), frozenset(RELU[1])
     params = (("inplace", False),)
@@ -506,6 +510,7 @@ class BatchRelu(BatchUnary):
 class BatchTanh(BatchUnary):
     """``tanh(x_i)`` -> ``unbind(tanh(stack(x_i)))``; every spelling, where upstream matches ``torch.tanh`` only."""
 
+    pipeline_order = 3
     name, op = "batch_tanh", "tanh"
     functions, methods = frozenset(TANH[0]), frozenset(TANH[1])
     canonical = staticmethod(torch.tanh)
@@ -520,6 +525,7 @@ class BatchSigmoid(BatchUnary):
     """``sigmoid(x_i)`` -> ``unbind(sigmoid(stack(x_i)))``; every spelling, where upstream matches ``torch.sigmoid``
     only."""
 
+    pipeline_order = 4
     name, op = "batch_sigmoid", "sigmoid"
     functions, methods = frozenset(SIGMOID[0]), frozenset(SIGMOID[1])
     canonical = staticmethod(torch.sigmoid)
@@ -533,6 +539,7 @@ class BatchSigmoid(BatchUnary):
 class BatchDetach(BatchUnary):
     """``detach(x_i)`` -> ``unbind(detach(stack(x_i)))``. The outputs carry no gradient, before and after."""
 
+    pipeline_order = 6
     name, op = "batch_detach", "detach"
     functions, methods = frozenset({torch.detach}), frozenset({"detach"})
     canonical = staticmethod(torch.detach)
@@ -548,6 +555,7 @@ class BatchNanToNum(BatchUnary):
     """``nan_to_num(x_i, nan, posinf, neginf)`` -> one nan_to_num over ``stack(x_i)``. The replacement values
     are keyed in canonical form; upstream keys ``str(kwargs)`` and drops positional ones."""
 
+    pipeline_order = 7
     name, op = "batch_nan_to_num", "nan_to_num"
     functions, methods = frozenset({torch.nan_to_num}), frozenset({"nan_to_num"})
     params = (("nan", 0.0), ("posinf", None), ("neginf", None))
@@ -564,6 +572,7 @@ class BatchClamp(BatchUnary):
     """``clamp(x_i, min, max)`` -> one clamp over ``stack(x_i)``. Bounds are keyed in canonical form, so
     ``clamp(x, -1, 1)`` joins ``clamp(x, min=-1, max=1)``; upstream drops positional bounds."""
 
+    pipeline_order = 8
     name, op = "batch_clamp", "clamp"
     functions, methods = frozenset({torch.clamp, torch.clip}), frozenset({"clamp", "clip"})
     params = (("min", None), ("max", None))
@@ -583,6 +592,7 @@ class BatchDropout(BatchUnary):
     fused (upstream fuses it): one mask for the stack draws the random stream differently from one
     mask per member, which seeded verification cannot vouch for (see the module docstring)."""
 
+    pipeline_order = 9
     name, op = "batch_dropout", "dropout"
     functions, methods = frozenset({F.dropout}), frozenset()
     params = (("p", 0.5), ("training", True), ("inplace", False))

@@ -20,28 +20,23 @@ import torch
 from torch.fx import Node
 
 from optimus import meta
-from optimus.pattern import Match, Miss, RewritePattern, register
+from optimus.pattern import AnchoredPattern, Match, Miss, need, register
 from optimus.rewriter import Rewriter
 from optimus.passes.common import CAT, SPLIT, STACK, UNBIND, arg, dim_of
-from optimus.passes.split_cat import computed_size, off_anchor
+from optimus.passes.split_cat.analysis import computed_size
 
 ALREADY = Miss("already in canonical form")
 
 
-class Normalize(RewritePattern):
+class Normalize(AnchoredPattern):
     """Base: ``canonical(node)`` returns ``(target, args, kwargs)`` of the canonical node
     or a Miss; the rewrite happens only when that differs from the node."""
 
     def canonical(self, node: Node):
         raise NotImplementedError
 
-    def match(self, node: Node):
-        if off := off_anchor(self, node):
-            return off
-        c = self.canonical(node)
-        if isinstance(c, Miss):
-            return c
-        target, args, kwargs = c
+    def find(self, node: Node):
+        target, args, kwargs = need(self.canonical(node))
         if node.op == "call_function" and node.target is target and _same(node.args, args) and node.kwargs == kwargs:
             return ALREADY
         return Match(node, [node], {"target": target, "args": args, "kwargs": kwargs})

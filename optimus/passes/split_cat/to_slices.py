@@ -1,6 +1,5 @@
-"""The threshold split/cat passes and einsum-to-pointwise
-(upstream: torch/_inductor/fx_passes/split_cat.py, ``split_cat_to_slices`` ..
-``move_reshape_out_of_split_stack``, ``replace_einsum_to_pointwise``).
+"""The threshold split/cat passes (upstream: torch/_inductor/fx_passes/split_cat.py,
+``split_cat_to_slices`` .. ``move_reshape_out_of_split_stack``).
 
 Each "to slices" pattern scans a cat/stack list for runs of consecutive pieces, in
 order, of one split/unbind. A run that is every piece, or has at least
@@ -15,22 +14,21 @@ the split's own dim (upstream's ``split_cat_to_slices`` does not check the cat's
 from __future__ import annotations
 
 import copy
-import operator
 
 import torch
 from torch.fx import Node
 
 from optimus import meta
-from optimus.pattern import Match, Miss, RewritePattern, register
+from optimus.passes.common import CAT, STACK, call, is_call, is_getitem
+from optimus.passes.split_cat.analysis import Run, block_ok, cat_args, getitem_piece, mutation_miss, segments
+from optimus.passes.split_cat.build import as_block, erase_if_unused, movedim, rebuild
+from optimus.pattern import AnchoredPattern, Match, Miss, need, register
 from optimus.rewriter import Rewriter
-from optimus.passes.common import CAT, STACK, arg, call, is_call, is_getitem
-from optimus.passes.split_cat import (Run, _erase_if_unused, as_block, block_ok, cat_args, getitem_piece, movedim,
-                                      mutation_miss, off_anchor, rebuild, segments, swap)
 
 RESHAPE = ({torch.reshape, torch.Tensor.reshape, torch.Tensor.view}, {"reshape", "view"})
 
 
-class ToSlices(RewritePattern):
+class ToSlices(AnchoredPattern):
     """Base of the threshold patterns, anchored at a cat/stack. Subclasses give ``piece``
     (which list entries are pieces); a Run that is every piece, or has at least
     ``threshold_to_cat`` pieces, and that :func:`block_ok` accepts becomes
@@ -53,13 +51,8 @@ class ToSlices(RewritePattern):
     def view(self, rw: Rewriter, run: Run, d: int, stack: bool) -> Node:
         return as_block(rw, _narrow(rw, run), run, stack, d)
 
-    def match(self, node: Node):
-        if off := off_anchor(self, node):
-            return off
-        ca = cat_args(node)
-        if isinstance(ca, Miss):
-            return ca
-        tensors, d = ca
+    def find(self, node: Node):
+        tensors, d = need(cat_args(node))
         stack = is_call(node, *STACK)
         segs = segments(tensors, self.piece(d))
         runs = [s for s in segs if isinstance(s, Run) and (s.full or s.n >= self.threshold_to_cat)
@@ -76,7 +69,7 @@ class ToSlices(RewritePattern):
         convert = {id(r) for r in m.info["runs"]}
         rebuild(rw, m.anchor, m.info["segments"],
                 lambda r: self.view(rw, r, d, stack) if id(r) in convert else None, d)
-        _erase_if_unused(rw, m.nodes[1:])
+        erase_if_unused(rw, m.nodes[1:])
 
 
 def _narrow(rw: Rewriter, run: Run) -> Node:
@@ -183,65 +176,3 @@ class MoveReshapeOutOfSplitStack(ToSlices):
         t = as_block(rw, _narrow(rw, run), run, True, 0)  # (n, *piece shape)
         t = call(rw, torch.reshape, t, (run.n, *meta.shape(run.items[0])))
         return movedim(rw, t, 0, d)
-
-
-# =========================================================================== einsum_to_pointwise_pass
-
-
-def einsum_letters(eq: str) -> tuple[str, str, str] | None:
-    """``(s1, s2, s3)`` for an equation shaped like ``"bcd,bcde->bce"`` (upstream's
-    ``match_einsum_strings``) whose four letters are distinct; else None.
-
-    Upstream does not ask for distinct letters and accepts e.g. ``"bcc,bccd->bcd"``, where
-    einsum takes a diagonal and the pointwise form computes something else."""
-    parts = eq.replace(" ", "").replace("->", ",").split(",")
-    if len(parts) != 3:
-        return None
-    s1, s2, s3 = parts
-    if (len(s1), len(s2), len(s3)) != (3, 4, 3) or len(set(s2)) != 4:
-        return None
-    if s1 == s2[:3] and s3 == s2[:2] + s2[3]:
-        return s1, s2, s3
-    return None
-
-
-@register
-class EinsumToPointwise(RewritePattern):
-    """``torch.einsum("bcd,bcde->bce", x, w)`` -> ``(x.unsqueeze(-1) * w).sum(-2)``.
-
-    Shapes: x (B, C, D), w (B, C, D, E) -> (B, C, E). Like upstream, only when some user
-    is an ``add`` (so Inductor can fuse the multiply, the sum and the add)."""
-
-    name = "einsum_to_pointwise"
-    upstream = "einsum_to_pointwise_pass (replace_einsum_to_pointwise)"
-    description = "Rewrite einsum('bcd,bcde->bce', x, w) into a broadcast multiply and a sum."
-    preconditions = ("torch.einsum with exactly two operands and an equation 'bcd,bcde->bce' (4 distinct letters)",
-                     "operand shapes agree exactly on b, c, d and share a dtype",
-                     "some user is an add (operator.add, torch.add or Tensor.add)")
-    anchors = frozenset({torch.functional.einsum})
-
-    def match(self, node: Node):
-        if off := off_anchor(self, node):
-            return off
-        eq = arg(node, 0, "equation")
-        ops = list(node.args[1:])
-        if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
-            ops = list(ops[0])
-        if not isinstance(eq, str) or einsum_letters(eq) is None:
-            return Miss(f"equation {eq!r} is not of the form 'bcd,bcde->bce' with 4 distinct letters")
-        if len(ops) != 2:
-            return Miss("einsum does not have exactly two operands")
-        x, w = (meta.tensor(o) for o in ops)
-        if x is None or w is None:
-            return Miss("operands have no example values")
-        if x.dim() != 3 or w.dim() != 4 or tuple(x.shape) != tuple(w.shape[:3]) or x.dtype != w.dtype:
-            return Miss(f"operand shapes {tuple(x.shape)} and {tuple(w.shape)} (or dtypes) do not line up")
-        if not any(is_call(u, {operator.add, torch.add}, {"add"}) for u in node.users):
-            return Miss("no user is an add")
-        return Match(node, [node], {"x": ops[0], "w": ops[1]})
-
-    def rewrite(self, rw: Rewriter, m: Match) -> None:
-        with rw.inserting_before(m.anchor):
-            prod = call(rw, torch.mul, call(rw, torch.unsqueeze, m.info["x"], -1), m.info["w"])
-            swap(rw, m.anchor, call(rw, torch.sum, prod, -2))
-
