@@ -63,7 +63,10 @@ class StageTiming:
     ``compile`` the same figures under ``torch.compile`` (Inductor) plus compile time (s);
     ``compiled_speedup`` is the compiled baseline's median over this stage's compiled
     median. ``steps``: steps the stage's pass made; ``kind``: "baseline", "pass",
-    "prepack", "alone", "upstream" or "reference"."""
+    "prepack", "alone", "upstream" or "reference". For a pass stage, ``previous`` names
+    the stage its own effect is measured against and ``vs_previous`` (``_p10``, ``_p90``)
+    is the per-round ratio of that stage's time to this one's (> 1: this pass made the
+    graph faster; :func:`paired_ratio`)."""
 
     stage: str
     nodes: int
