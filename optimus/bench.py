@@ -17,8 +17,8 @@ Protocol (the same on both devices):
   every ratio comes from one run; each figure is a median with its 10th/90th percentile;
 * a pass's own effect is the per-round ratio of the stage before it to its stage
   (:func:`paired_ratio`; ``alone:<pass>`` against the baseline), median and p10..p90; a
-  pass whose ratio is below 1 even at its p90 (slower in at least 9 of 10 rounds) is
-  flagged as a slowdown (:meth:`BenchResult.slowdowns`; a ``!`` line in the table, a
+  pass whose ratio is below 1 even at its p90 (slower in at least 9 of 10 rounds; at
+  least ``MIN_FLAG_ROUNDS`` rounds) is flagged as a slowdown (:meth:`BenchResult.slowdowns`; a ``!`` line in the table, a
   warning in the app's timing panel);
 * ``mode="inference"`` calls the graph under ``torch.no_grad``; ``mode="training"`` runs
   forward and backward (``torch.autograd.grad`` of the sum of the outputs with respect
@@ -52,6 +52,9 @@ from optimus import memory
 
 MODES = ("inference", "training")
 NOISY_SPREAD = 2.0  # p90 / p10 above this marks a stage's timing as noise-dominated
+# fewest rounds for a slowdown flag: with fewer, p90 is the slowest round or next to it, and
+# pure noise would make every round of some pass slower too often (1 in 2^5 with 5 rounds)
+MIN_FLAG_ROUNDS = 10
 
 
 @dataclass
@@ -98,8 +101,9 @@ class StageTiming:
     def slowdown(self) -> bool:
         """The stage's own change is a slowdown beyond the measured noise: even the p90 of
         its per-round ratio to the stage before (:func:`paired_ratio`) is below 1, i.e. it
-        was slower than that stage in at least 9 of 10 rounds."""
-        return self.vs_previous_p90 is not None and self.vs_previous_p90 < 1.0
+        was slower than that stage in at least 9 of 10 rounds. Never with fewer than
+        ``MIN_FLAG_ROUNDS`` rounds."""
+        return self.vs_previous_p90 is not None and self.vs_previous_p90 < 1.0 and self.repeats >= MIN_FLAG_ROUNDS
 
     def slowdown_text(self) -> str:
         """One line naming the stage, its ratio to the stage before and the ratio's p10–p90."""

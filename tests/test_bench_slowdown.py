@@ -58,8 +58,9 @@ def test_a_pass_slower_than_the_stage_before_in_every_round_is_flagged_and_a_fas
     x = (torch.ones(2),)
     stages = [Stage("baseline", gm, x, "baseline"), Stage("fast", gm, x), Stage("slow", gm, x),
               Stage("alone:slow", gm, x, "alone"), Stage("upstream", gm, x, "upstream")]
-    samples = {"baseline": [1.0, 3.0, 1.0, 1.0, 1.0], "fast": [0.5, 1.5, 0.5, 0.5, 0.5],
-               "slow": [1.0, 3.0, 1.0, 1.0, 1.0], "alone:slow": [2.0, 6.0, 2.0, 2.0, 2.0], "upstream": [9.0] * 5}
+    load = [1.0, 3.0, 1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0]           # the same load hits a round's samples
+    samples = {"baseline": load, "fast": [x / 2 for x in load], "slow": load, "alone:slow": [x * 2 for x in load],
+               "upstream": [9.0] * 10}
     variants = [bench._Variant(i, False, lambda: None, samples=samples[s.label]) for i, s in enumerate(stages)]
     res = bench._result(stages, variants, {}, False, "inference")
     by = {s.stage: s for s in res.stages}
@@ -71,12 +72,14 @@ def test_a_pass_slower_than_the_stage_before_in_every_round_is_flagged_and_a_fas
     assert ("! slowdown: slow runs at 0.50x the speed of the graph before it (after fast; per-round ratio "
             "p10..p90 0.50..0.50)") in res.table()
     assert res.to_json()["slowdowns"] == ["slow", "alone:slow"]
+    few = [bench._Variant(i, False, lambda: None, samples=samples[s.label][:5]) for i, s in enumerate(stages)]
+    assert bench._result(stages, few, {}, False, "inference").slowdowns() == []   # 5 rounds: too few to flag
 
 
 def test_bench_flags_a_pattern_file_pass_that_makes_the_graph_slower(tmp_path):
     pipeline, _ = _slow_pipeline(tmp_path)
     torch.manual_seed(0)
-    r = bench_pipeline(ReluMLP().eval(), inputs=(torch.randn(8, 16),), pipeline=pipeline, repeats=7, warmup=1,
+    r = bench_pipeline(ReluMLP().eval(), inputs=(torch.randn(8, 16),), pipeline=pipeline, repeats=12, warmup=1,
                        threads=1, device="cpu")
     slow = r.stage("slow_relu")
     assert slow is not None and slow.steps == 1
@@ -88,7 +91,7 @@ def test_bench_flags_a_pattern_file_pass_that_makes_the_graph_slower(tmp_path):
 def test_cli_bench_prints_the_slowdown_line_and_json_lists_it(tmp_path, capsys):
     _, path = _slow_pipeline(tmp_path)
     out = tmp_path / "b.json"
-    assert main(["bench", "sample:recsys_towers", "--pattern-file", str(path), "--repeats", "5",
+    assert main(["bench", "sample:recsys_towers", "--pattern-file", str(path), "--repeats", "12", "--threads", "1",
                  "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "! slowdown: slow_relu runs at" in text
@@ -99,9 +102,9 @@ APP = """
 from optimus.bench import BenchResult, StageTiming
 from app.timing import show_result
 
-slow = StageTiming("batch_layernorm", 9, 1.2, 1.1, 1.3, 9, speedup=0.83, steps=3, previous="batch_linear",
+slow = StageTiming("batch_layernorm", 9, 1.2, 1.1, 1.3, 20, speedup=0.83, steps=3, previous="batch_linear",
                    vs_previous=0.84, vs_previous_p10=0.78, vs_previous_p90=0.93)
-fine = StageTiming("batch_relu", 9, 1.0, 0.95, 1.05, 9, speedup=1.0, steps=3, previous="batch_layernorm",
+fine = StageTiming("batch_relu", 9, 1.0, 0.95, 1.05, 20, speedup=1.0, steps=3, previous="batch_layernorm",
                    vs_previous=1.2, vs_previous_p10=0.95, vs_previous_p90=1.3)
 show_result(BenchResult("cpu", "thread-cpu-time", [
     StageTiming("baseline", 10, 1.0, 0.95, 1.05, 9, kind="baseline"), slow, fine], threads=1))
