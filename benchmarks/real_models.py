@@ -28,6 +28,8 @@ passes flagged as slowdowns (:attr:`optimus.bench.StageTiming.slowdown`) are mar
 With ``--json``, the raw figures. Run::
 
     .venv/bin/python benchmarks/real_models.py --repeats 60
+    .venv/bin/python benchmarks/real_models.py --paired 400 --samples twin_towers,mmoe
+    .venv/bin/python benchmarks/real_models.py --profile
 """
 from __future__ import annotations
 
@@ -148,6 +150,45 @@ def profile(name: str, calls: int = 200, top: int = 8) -> str:
     return "\n".join(out)
 
 
+def paired(name: str, rounds: int, calls: int = 5) -> str:
+    """The final graphs only (captured, ours + prepack, the hand-fused bounds), round-robin
+    for ``rounds`` rounds of ``calls`` calls each (thread CPU time); per-round ratio of the
+    captured graph's time to each graph's, median and p10..p90, and the ratio of the
+    fastest rounds."""
+    import statistics
+    import time
+
+    model, inputs = sample_models.get(name)
+    c = capture(model, inputs)
+    ours = copy_graph_module(c.gm)
+    Engine(ours, c.example_inputs, default_pipeline(), RunOptions(verify="off", record=False)).run()
+    prepack(ours, c.example_inputs, guard=None)
+    graphs = [("captured", c.gm, c.example_inputs), ("ours + prepack", ours, c.example_inputs)]
+    graphs += [(s.label, s.gm, s.inputs) for s in _references(name, model, inputs)]
+    samples: dict[str, list[float]] = {g[0]: [] for g in graphs}
+    load = os.getloadavg()[0]
+    with torch.no_grad():
+        for _, gm, ins in graphs:
+            for _ in range(30):
+                gm(*ins)
+        for r in range(rounds):
+            k = r % len(graphs)
+            for label, gm, ins in graphs[k:] + graphs[:k]:
+                t0 = time.thread_time()
+                for _ in range(calls):
+                    gm(*ins)
+                samples[label].append((time.thread_time() - t0) / calls * 1e3)
+    base = samples["captured"]
+    out = [f"== {name}: {rounds} paired rounds of {calls} calls, load average {load:.1f} before, "
+           f"{os.getloadavg()[0]:.1f} after"]
+    for label, xs in samples.items():
+        rs = sorted(b / a for b, a in zip(base, xs))
+        out.append(f"  {label:24s} median {statistics.median(xs):.3f} ms  speedup {rs[len(rs) // 2]:.2f}x "
+                   f"(p10..p90 {rs[len(rs) // 10]:.2f}..{rs[9 * len(rs) // 10]:.2f}; fastest rounds "
+                   f"{min(base) / min(xs):.2f}x)")
+    return "\n".join(out)
+
+
 def table(rows: list[dict]) -> str:
     def cell(r, k):
         c = r["captured_median_ms"]
@@ -175,12 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1; 0: torch's default)")
     ap.add_argument("--json", help="write the rows as JSON here")
     ap.add_argument("--profile", action="store_true", help="only print where the time goes, op by op")
+    ap.add_argument("--paired", type=int, metavar="ROUNDS",
+                    help="only time the final graphs and the bounds, per-round ratios over ROUNDS rounds")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    if a.profile:
+    if a.profile or a.paired:
         for n in a.samples.split(","):
-            print(profile(n.strip()))
+            print(profile(n.strip()) if a.profile else paired(n.strip(), a.paired))
         return 0
     load = os.getloadavg()
     rows = [measure(n.strip(), a.repeats) for n in a.samples.split(",") if n.strip()]
