@@ -1,8 +1,9 @@
 """The app's timing panel: per-pass speedup and memory, measured by :mod:`optimus.bench`.
 
 The same code as ``optimus bench``: :func:`optimus.bench.bench_pipeline` measures, the
-figures come from :mod:`viz.figures`, and the noise warning and ratios are the
-BenchResult's own (what the CLI prints). Only passes that made a step are timed and
+figures come from :mod:`viz.figures`, and the slowdown flags (one warning per pass
+whose measured effect is a slowdown beyond the noise), the noise warning and the ratios
+are the BenchResult's own (what the CLI prints). Only passes that made a step are timed and
 plotted; the others are listed as "no change".
 """
 from __future__ import annotations
@@ -41,6 +42,8 @@ def show_result(b) -> None:
     """Method line, noise warning, ratios, speedup / memory / compile-time charts
     (p10–p90 error bars), the passes without a step, and the table."""
     st.info(f"Measured on {viz.method_text(b)}.")
+    for s in b.slowdowns():
+        st.warning(s.slowdown_text())
     warn = b.noise_warning()
     if warn:
         st.warning(warn)

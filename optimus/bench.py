@@ -15,6 +15,11 @@ Protocol (the same on both devices):
 * then the variants are timed round-robin, one sample of each per round, the starting
   variant rotating from round to round, so drift on a noisy machine hits all alike and
   every ratio comes from one run; each figure is a median with its 10th/90th percentile;
+* a pass's own effect is the per-round ratio of the stage before it to its stage
+  (:func:`paired_ratio`; ``alone:<pass>`` against the baseline), median and p10..p90; a
+  pass whose ratio is below 1 even at its p90 (slower in at least 9 of 10 rounds; at
+  least ``MIN_FLAG_ROUNDS`` rounds) is flagged as a slowdown (:meth:`BenchResult.slowdowns`; a ``!`` line in the table, a
+  warning in the app's timing panel);
 * ``mode="inference"`` calls the graph under ``torch.no_grad``; ``mode="training"`` runs
   forward and backward (``torch.autograd.grad`` of the sum of the outputs with respect
   to every input that requires grad: the parameters; no optimizer step).
@@ -47,6 +52,9 @@ from optimus import memory
 
 MODES = ("inference", "training")
 NOISY_SPREAD = 2.0  # p90 / p10 above this marks a stage's timing as noise-dominated
+# fewest rounds for a slowdown flag: with fewer, p90 is the slowest round or next to it, and
+# pure noise would make every round of some pass slower too often (1 in 2^5 with 5 rounds)
+MIN_FLAG_ROUNDS = 10
 
 
 @dataclass
@@ -58,7 +66,10 @@ class StageTiming:
     ``compile`` the same figures under ``torch.compile`` (Inductor) plus compile time (s);
     ``compiled_speedup`` is the compiled baseline's median over this stage's compiled
     median. ``steps``: steps the stage's pass made; ``kind``: "baseline", "pass",
-    "prepack", "alone", "upstream" or "reference"."""
+    "prepack", "alone", "upstream" or "reference". For a pass stage, ``previous`` names
+    the stage its own effect is measured against and ``vs_previous`` (``_p10``, ``_p90``)
+    is the per-round ratio of that stage's time to this one's (> 1: this pass made the
+    graph faster; :func:`paired_ratio`)."""
 
     stage: str
     nodes: int
@@ -77,10 +88,28 @@ class StageTiming:
     compiled_peak_bytes: int | None = None
     steps: int = 0
     kind: str = "pass"
+    previous: str | None = None
+    vs_previous: float | None = None
+    vs_previous_p10: float | None = None
+    vs_previous_p90: float | None = None
 
     @property
     def noisy(self) -> bool:
         return self.p10_ms > 0 and self.p90_ms > NOISY_SPREAD * self.p10_ms
+
+    @property
+    def slowdown(self) -> bool:
+        """The stage's own change is a slowdown beyond the measured noise: even the p90 of
+        its per-round ratio to the stage before (:func:`paired_ratio`) is below 1, i.e. it
+        was slower than that stage in at least 9 of 10 rounds. Never with fewer than
+        ``MIN_FLAG_ROUNDS`` rounds."""
+        return self.vs_previous_p90 is not None and self.vs_previous_p90 < 1.0 and self.repeats >= MIN_FLAG_ROUNDS
+
+    def slowdown_text(self) -> str:
+        """One line naming the stage, its ratio to the stage before and the ratio's p10–p90."""
+        what = "alone, against the captured graph" if self.kind == "alone" else f"after {self.previous}"
+        return (f"slowdown: {self.stage} runs at {self.vs_previous:.2f}x the speed of the graph before it "
+                f"({what}; per-round ratio p10..p90 {self.vs_previous_p10:.2f}..{self.vs_previous_p90:.2f})")
 
     def to_json(self) -> dict:
         """The stage as the JSON ``optimus bench --json`` writes (see :meth:`BenchResult.to_json`)."""
@@ -88,6 +117,10 @@ class StageTiming:
                "latency_ms_median": self.median_ms, "latency_ms_p10": self.p10_ms, "latency_ms_p90": self.p90_ms,
                "repeats": self.repeats, "speedup_vs_baseline": self.speedup, "peak_bytes": self.peak_bytes,
                "peak_source": self.peak_source}
+        if self.vs_previous is not None:
+            out.update({"previous": self.previous, "vs_previous": self.vs_previous,
+                        "vs_previous_p10": self.vs_previous_p10, "vs_previous_p90": self.vs_previous_p90,
+                        "slowdown": self.slowdown})
         if self.compiled_median_ms is not None:
             out.update({"compiled_latency_ms_median": self.compiled_median_ms,
                         "compiled_latency_ms_p10": self.compiled_p10_ms,
@@ -147,28 +180,37 @@ class BenchResult:
                 f"{' ...' if len(noisy) > 4 else ''}); speedups within that spread are noise (more --repeats, "
                 "one thread, or a quieter machine)")
 
+    def slowdowns(self) -> list[StageTiming]:
+        """The passes (cumulative, ``prepack_weights`` and ``alone:`` stages) whose own
+        measured effect is a slowdown beyond the noise (:attr:`StageTiming.slowdown`)."""
+        return [s for s in self.stages if s.slowdown]
+
     def to_json(self) -> dict:
         """``{"device", "method", "mode", "threads", "stages": [...], "unchanged", "ratios",
-        "upstream_options", "bytes_packed"}``; each stage has ``name``,
-        ``latency_ms_median`` / ``_p10`` / ``_p90``, ``peak_bytes``, ``speedup_vs_baseline``
-        and, when compiled, the ``compiled_*`` figures and ``compile_s``."""
+        "upstream_options", "bytes_packed", "slowdowns"}``; each stage has ``name``,
+        ``latency_ms_median`` / ``_p10`` / ``_p90``, ``peak_bytes``, ``speedup_vs_baseline``,
+        for a pass stage ``previous``, ``vs_previous`` (median per-round ratio, > 1 faster)
+        with ``_p10`` / ``_p90`` and ``slowdown``, and, when compiled, the ``compiled_*``
+        figures and ``compile_s``. ``slowdowns`` lists the flagged stages' names."""
         return {"device": self.device, "method": self.method, "mode": self.mode, "threads": self.threads,
                 "stages": [s.to_json() for s in self.stages], "unchanged": self.unchanged,
                 "ratios": self.ratios(), "upstream_options": self.upstream_options,
-                "bytes_packed": self.bytes_packed}
+                "bytes_packed": self.bytes_packed, "slowdowns": [s.stage for s in self.slowdowns()]}
 
     def table(self) -> str:
         """The result as a plain-text table (what ``optimus bench`` prints)."""
         compiled = any(s.compiled_median_ms is not None for s in self.stages)
         w = max([len("stage"), *(len(s.stage) for s in self.stages)])
         head = (f"{'stage':{w}s} {'nodes':>6s} {'median ms':>10s} {'p10..p90 ms':>17s} {'speedup':>8s} "
-                f"{'peak MiB':>9s}")
+                f"{'vs prev (p10..p90)':>20s} {'peak MiB':>9s}")
         if compiled:
             head += f" {'compiled ms':>11s} {'c.speedup':>9s} {'compile s':>9s}"
         rows = [head]
         for s in self.stages:
+            prev = "" if s.vs_previous is None else \
+                f"{s.vs_previous:.2f}x ({s.vs_previous_p10:.2f}..{s.vs_previous_p90:.2f})" + ("!" if s.slowdown else "")
             row = (f"{s.stage:{w}s} {s.nodes:6d} {s.median_ms:10.3f} {s.p10_ms:8.3f}..{s.p90_ms:<8.3f} "
-                   f"{s.speedup:7.2f}x {s.peak_bytes / 2**20:9.2f}")
+                   f"{s.speedup:7.2f}x {prev:>20s} {s.peak_bytes / 2**20:9.2f}")
             if compiled and s.compiled_median_ms is not None:
                 row += f" {s.compiled_median_ms:11.3f} {s.compiled_speedup or 0:8.2f}x {s.compile_s or 0:9.1f}"
             rows.append(row)
@@ -178,6 +220,7 @@ class BenchResult:
             rows.append(f"{k.replace('_', ' ')}: {v:.2f}x")
         if self.bytes_packed:
             rows.append(f"pre-packed weights: {self.bytes_packed:,} bytes")
+        rows += [f"! {s.slowdown_text()}" for s in self.slowdowns()]
         warn = self.noise_warning()
         if warn:
             rows.append(warn)
@@ -206,6 +249,18 @@ class Stage:
 def _pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
+
+
+def paired_ratio(before: list[float], after: list[float]) -> tuple[float, float, float]:
+    """Median, p10 and p90 of ``before[r] / after[r]`` over the rounds r (> 1: ``after``
+    is faster). The samples of one round are taken back to back, so load on the machine
+    moves both alike and the per-round ratio is far steadier than a ratio of medians;
+    its p10..p90 is the measured noise of the comparison. Raises ValueError for lists
+    of different lengths or none."""
+    if not before or len(before) != len(after):
+        raise ValueError(f"need the same number of samples per stage, got {len(before)} and {len(after)}")
+    rs = [b / a for b, a in zip(before, after) if a > 0]
+    return statistics.median(rs), _pct(rs, 0.1), _pct(rs, 0.9)
 
 
 def _to(x, device: str):
@@ -364,6 +419,10 @@ def _result(stages: list[Stage], variants: list[_Variant], peaks: dict, cuda: bo
             src = "estimate" if mode == "inference" else "estimate-forward"
         t = StageTiming(st.label, len(st.gm.graph.nodes), med, _pct(s, 0.1), _pct(s, 0.9), len(s), base / med,
                         peak, src, steps=st.steps, kind=st.kind)
+        before = _previous_stage(stages, i)
+        if before is not None:
+            t.previous = stages[before].label
+            t.vs_previous, t.vs_previous_p10, t.vs_previous_p90 = paired_ratio(eager[before].samples, s)
         if i in comp:
             c = comp[i].samples
             cm = statistics.median(c)
@@ -372,6 +431,18 @@ def _result(stages: list[Stage], variants: list[_Variant], peaks: dict, cuda: bo
             t.compiled_peak_bytes = peaks.get(id(comp[i]))
         out.stages.append(t)
     return out
+
+
+def _previous_stage(stages: list[Stage], i: int) -> int | None:
+    """The stage a pass stage's own effect is measured against: for a cumulative pass or
+    ``prepack_weights`` the cumulative stage before it, for ``alone:<pass>`` the baseline;
+    None for the others (baseline, upstream, reference)."""
+    kind = stages[i].kind
+    if kind == "alone":
+        return 0 if stages[0].kind == "baseline" else None
+    if kind not in ("pass", "prepack"):
+        return None
+    return next((j for j in range(i - 1, -1, -1) if stages[j].kind in ("baseline", "pass", "prepack")), None)
 
 
 # ------------------------------------------------------------------------ stages

@@ -42,6 +42,49 @@ class MMoE(nn.Module):
             outs.append(torch.sigmoid(tower((g * e).sum(dim=1))))                # (B, 1)
         return torch.cat(outs, dim=1)
 
+    def optimus_reference(self) -> nn.Module:
+        """A hand-fused module with this model's current weights (:class:`FusedMMoE`)."""
+        return FusedMMoE(self)
+
+
+def _packed(ts: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack(ts)`` as a contiguous copy (a buffer, not a view of the parameters)."""
+    return torch.stack([t.detach() for t in ts]).contiguous()
+
+
+class FusedMMoE(nn.Module):
+    """:class:`MMoE` fused by hand, weights packed once at construction: the speed bound
+    ``optimus bench`` compares our passes against (stage ``reference``).
+
+    ``x (B, D)`` -> one ``linear(x, cat(W1_e, Wg_t))`` ``(B, 8H + 3*8)`` -> experts:
+    ``view(B, 8, H).transpose(0, 1)`` -> relu -> ``baddbmm`` ``(8, B, E)``; gates:
+    ``view(B, 3, 8)`` softmax; mixing ``bmm(gates, experts)`` ``(B, 3, E)``; the three
+    task towers as two ``baddbmm`` over ``(3, B, .)``; sigmoid -> ``(B, 3)``."""
+
+    def __init__(self, src: MMoE):
+        super().__init__()
+        ex, gates, towers = list(src.experts), list(src.gates), list(src.towers)
+        self.n, self.h, self.t = len(ex), ex[0][0].out_features, len(gates)
+        with torch.no_grad():
+            self.register_buffer("w_in", torch.cat([e[0].weight for e in ex] + [g.weight for g in gates]).clone())
+            self.register_buffer("b_in", torch.cat([e[0].bias for e in ex] + [g.bias for g in gates]).clone())
+            self.register_buffer("w_ex", _packed([e[2].weight.t() for e in ex]))
+            self.register_buffer("b_ex", _packed([e[2].bias.unsqueeze(0) for e in ex]))
+            self.register_buffer("w_t1", _packed([t[0].weight.t() for t in towers]))
+            self.register_buffer("b_t1", _packed([t[0].bias.unsqueeze(0) for t in towers]))
+            self.register_buffer("w_t2", _packed([t[2].weight.t() for t in towers]))
+            self.register_buffer("b_t2", _packed([t[2].bias.unsqueeze(0) for t in towers]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, nh = x.shape[0], self.n * self.h
+        y = F.linear(x, self.w_in, self.b_in)
+        h = torch.relu(y[:, :nh].reshape(b, self.n, self.h).transpose(0, 1))
+        e = torch.baddbmm(self.b_ex, h, self.w_ex).transpose(0, 1)              # (B, 8, E)
+        g = torch.softmax(y[:, nh:].reshape(b, self.t, self.n), dim=-1)         # (B, 3, 8)
+        mixed = torch.bmm(g, e).transpose(0, 1)                                  # (3, B, E)
+        z = torch.baddbmm(self.b_t2, torch.relu(torch.baddbmm(self.b_t1, mixed, self.w_t1)), self.w_t2)
+        return torch.sigmoid(z.squeeze(-1).t().contiguous())                     # (B, 3)
+
 
 class TwinTowers(nn.Module):
     """Six retrieval towers, each ``(Linear(D, D) -> LayerNorm(D) -> ReLU) x 3`` on its
@@ -57,6 +100,46 @@ class TwinTowers(nn.Module):
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         outs = [F.normalize(tower(x), dim=-1) for tower, x in zip(self.towers, xs)]
         return torch.stack([(outs[0] * o).sum(dim=-1) for o in outs[1:]])
+
+    def optimus_reference(self) -> nn.Module:
+        """A hand-fused module with this model's current weights (:class:`FusedTwinTowers`)."""
+        return FusedTwinTowers(self)
+
+
+class FusedTwinTowers(nn.Module):
+    """:class:`TwinTowers` fused by hand, weights packed once at construction (stage
+    ``reference`` of ``optimus bench``): ``stack(xs)`` ``(6, B, D)``, per layer
+    ``baddbmm`` -> ``layer_norm`` -> ``* gamma + beta`` (``(6, 1, D)``) -> relu, then one
+    ``normalize`` and one product-sum of tower 0 with the others -> ``(5, B)``. With
+    ``fuse_tail=False`` the tail stays per tower as in :class:`TwinTowers` (unbind, six
+    normalize, five products and sums, stack): the bound for fusions of the towers alone,
+    as no Optimus pass fuses normalize, mul or sum."""
+
+    def __init__(self, src: TwinTowers, fuse_tail: bool = True):
+        super().__init__()
+        self.fuse_tail = fuse_tail
+        seqs = list(src.towers)
+        self.layers = len(seqs[0]) // 3
+        self.eps = seqs[0][1].eps
+        with torch.no_grad():
+            for i in range(self.layers):
+                lin, norm = 3 * i, 3 * i + 1
+                self.register_buffer(f"w{i}", _packed([s[lin].weight.t() for s in seqs]))
+                self.register_buffer(f"b{i}", _packed([s[lin].bias.unsqueeze(0) for s in seqs]))
+                self.register_buffer(f"g{i}", _packed([s[norm].weight.unsqueeze(0) for s in seqs]))
+                self.register_buffer(f"beta{i}", _packed([s[norm].bias.unsqueeze(0) for s in seqs]))
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        h = torch.stack(xs)
+        for i in range(self.layers):
+            h = torch.baddbmm(getattr(self, f"b{i}"), h, getattr(self, f"w{i}"))
+            h = F.layer_norm(h, h.shape[-1:], eps=self.eps) * getattr(self, f"g{i}") + getattr(self, f"beta{i}")
+            h = torch.relu(h)
+        if not self.fuse_tail:
+            outs = [F.normalize(o, dim=-1) for o in h.unbind()]
+            return torch.stack([(outs[0] * o).sum(dim=-1) for o in outs[1:]])
+        h = F.normalize(h, dim=-1)
+        return (h[:1] * h[1:]).sum(dim=-1)
 
 
 class DeepFM(nn.Module):

@@ -8,6 +8,7 @@ from optimus.pipeline import Pass, Pipeline
 from optimus.pattern import REGISTRY
 from optimus.passes import batch, split_cat  # noqa: F401  (registration)
 from optimus.passes import normalize, einsum  # noqa: F401  (registration)
+from optimus.passes.batch_extra import EXTRA_BATCH_PASSES
 
 # the shipped batch fusions in pipeline order: each registration's ``pipeline_order`` (upstream's
 # order, the registration order of torch/_inductor/fx_passes/group_batch_fusion.py)
@@ -43,7 +44,8 @@ DEFAULT_SPLIT_CAT_PASSES = ["remove_split_with_size_one_pass", "merge_splits_pas
 
 
 def default_pipeline(search: str | None = None, profitable_only: bool = False) -> Pipeline:
-    """Upstream's order: ``normalization_pass``, every batch fusion (one pass each), then
+    """Upstream's order: ``normalization_pass``, every batch fusion (one pass each; ours
+    beyond upstream's catalogue, ``EXTRA_BATCH_PASSES``, last of them), then
     the split/cat cleanup that removes the identity stack/unbind and split/cat pairs the
     fusions leave, then the split/cat passes of ``DEFAULT_SPLIT_CAT_PASSES``.
 
@@ -55,7 +57,7 @@ def default_pipeline(search: str | None = None, profitable_only: bool = False) -
     passes += [Pass(name, [REGISTRY[name]], description=REGISTRY[name].description,
                     options=None if search is None and not profitable_only else REGISTRY[name].options.replace(
                         **({} if search is None else {"search": search}), profitable_only=profitable_only))
-               for name in BATCH_PASSES]
+               for name in BATCH_PASSES + EXTRA_BATCH_PASSES]
     passes.append(Pass("split_cat_cleanup", [REGISTRY[n] for n in CLEANUP_PATTERNS],
                        description="Remove identity stack/unbind and split/cat pairs left by the fusions."))
     passes += [pattern_pass(name) for name in DEFAULT_SPLIT_CAT_PASSES]

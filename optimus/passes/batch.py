@@ -378,11 +378,21 @@ LAYER_NORM_ARGS = (("input", REQUIRED), ("normalized_shape", REQUIRED), ("weight
 @register
 class BatchLayerNorm(BatchPattern):
     """``y_i = layer_norm(x_i, ns, w_i, b_i, eps)`` ->
-    ``Z = layer_norm(stack(x_i, dim=s), ns, eps=eps) * stack(w_i) + stack(b_i)``,
-    ``y_i = unbind(Z, dim=s)[i]`` with ``s = rank(x) - len(ns)`` so the normalised
-    dims stay last and the stacked (n, *ns) affine parameters broadcast. Works for a
-    normalized_shape of any rank, and for weight and bias each present or absent
-    (the multiply / add is left out when absent).
+    ``Z = layer_norm(stack(x_i), ns, eps=eps) * W + B``, ``y_i = unbind(Z)[i]``, with
+    ``W = stack(w_i).reshape(n, 1, .., 1, *ns)`` (and B alike) so the affine parameters
+    broadcast over the dims that are not normalised. Works for a normalized_shape of any
+    rank, and for weight and bias each present or absent (the multiply / add is left out
+    when absent).
+
+    Shapes: x_i (*lead, *ns) -> stack (n, *lead, *ns); w_i, b_i (*ns) -> (n, 1.., *ns).
+
+    Upstream stacks on dim ``-1 - len(ns)`` instead (the stacked (n, *ns) parameters then
+    broadcast as they are). We stack on dim 0, as the batched matmuls and unary fusions
+    do: a layer norm between two fused layers then reads and gives back the (n, ...)
+    layout they use, so the cleanups cancel its stack and unbind outright instead of
+    leaving ``movedim``s (a non-contiguous layer-norm input, which the kernel copies),
+    and each member's output is a contiguous slice (upstream's unbind along dim -2 gives
+    strided ones). Same values; ``docs/parity.md`` lists the difference.
     """
 
     pipeline_order = 2
@@ -421,14 +431,19 @@ class BatchLayerNorm(BatchPattern):
         args = [bind_args(n, LAYER_NORM_ARGS) for n in nodes]
         a0 = args[0]
         ns = tuple(a0["normalized_shape"])
-        s = len(meta.shape(a0["input"])) - len(ns)
+        lead = len(meta.shape(a0["input"])) - len(ns)
+
+        def affine(name: str) -> Node:
+            p = call(rw, torch.stack, [a[name] for a in args])
+            return call(rw, torch.reshape, p, (len(nodes), *[1] * lead, *ns)) if lead else p
+
         with rw.inserting_before(nodes[0]):
-            z = call(rw, F.layer_norm, call(rw, torch.stack, [a["input"] for a in args], s), ns, eps=a0["eps"])
+            z = call(rw, F.layer_norm, call(rw, torch.stack, [a["input"] for a in args]), ns, eps=a0["eps"])
             if a0["weight"] is not None:
-                z = call(rw, torch.mul, z, call(rw, torch.stack, [a["weight"] for a in args]))
+                z = call(rw, torch.mul, z, affine("weight"))
             if a0["bias"] is not None:
-                z = call(rw, torch.add, z, call(rw, torch.stack, [a["bias"] for a in args]))
-            replace_with_getitems(rw, nodes, call(rw, torch.unbind, z, s))
+                z = call(rw, torch.add, z, affine("bias"))
+            replace_with_getitems(rw, nodes, call(rw, torch.unbind, z))
 
 
 # ------------------------------------------------------------------ unary ops
