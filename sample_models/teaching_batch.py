@@ -185,3 +185,27 @@ def build_teach_batch_layernorm_variants():
         model = TeachBatchLayerNormVariants().eval()
         x = torch.randn(BATCH, SEQ, PIECES * WIDTH) * 3.0
     return model, (x,)
+
+
+class TeachBatchNormalize(nn.Module):
+    """Five towers' embeddings L2-normalised, each by its own ``F.normalize(e, dim=-1)``,
+    then summed: one fused normalize over their stack. Inputs ``e0..e4 (8, 16)`` -> ``(8, 16)``."""
+
+    def forward(self, *embeddings: torch.Tensor) -> torch.Tensor:
+        out = F.normalize(embeddings[0], dim=-1)
+        for e in embeddings[1:]:
+            out = out + F.normalize(e, dim=-1)
+        return out
+
+
+@register(
+    name="teach_batch_normalize",
+    description="5 independent F.normalize(e_i, dim=-1) on (8, 16) embeddings -> 1 normalize over their stack",
+    teaches=("batch_normalize",),
+    kind="teaching",
+)
+def build_teach_batch_normalize():
+    """Build :class:`TeachBatchNormalize`; inputs five ``(8, 16)`` tensors -> output ``(8, 16)``."""
+    with seeded():
+        xs = tuple(torch.randn(BATCH, WIDTH) * 3.0 for _ in range(PIECES))
+    return TeachBatchNormalize().eval(), xs

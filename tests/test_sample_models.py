@@ -56,6 +56,7 @@ OP_TARGETS = {
     # op -> (call_function targets, call_method names)
     "linear": ({torch._C._nn.linear, F.linear}, set()),
     "layer_norm": ({F.layer_norm, torch.layer_norm}, set()),
+    "normalize": ({F.normalize}, set()),
     "relu": ({torch.relu, F.relu}, {"relu"}),
     "tanh": ({torch.tanh, F.tanh}, {"tanh"}),
     "sigmoid": ({torch.sigmoid, F.sigmoid}, {"sigmoid"}),
@@ -115,6 +116,7 @@ TEACHING_EXPECTED = {
     "teach_batch_matmul": {"matmul": 5},
     "teach_batch_linear_lhs_conv1d": {"addmm": 5},
     "teach_batch_layernorm_variants": {"layer_norm": 20},
+    "teach_batch_normalize": {"normalize": 5},
     "teach_remove_unbind_stack": {"unbind": 1, "stack": 1, "getitem": 4},
     "teach_remove_stack_unbind": {"stack": 1, "unbind": 1, "getitem": 4},
     "teach_remove_split_cat": {"split": 1, "cat": 1, "getitem": 3},
@@ -214,6 +216,7 @@ def test_registry_contents_and_order():
         "teach_batch_matmul",
         "teach_batch_linear_lhs_conv1d",
         "teach_batch_layernorm_variants",
+        "teach_batch_normalize",
         "teach_remove_unbind_stack",
         "teach_remove_stack_unbind",
         "teach_remove_split_cat",
