@@ -17,6 +17,7 @@ import streamlit as st
 import sample_models
 import viz
 from app import compare_view, debug, inspector, toggles, upstream
+from app import modules as app_modules
 from app import state as S
 from app.graphview import drawn_note as _drawn_note
 from app.graphview import show_view
@@ -223,9 +224,10 @@ def graph_options(n_nodes: int) -> dict:
                                  f"one fusion) once, with '… ×k'. auto: above {viz.FOLD_ABOVE} drawn nodes.")
     clusters = st.checkbox("Module boxes", value=True, key="clusters",
                            help="Box the nodes of one module (from nn_module_stack) together.")
-    modules = st.checkbox("Fold modules", value=False, key="fold_modules",
-                          help="Draw each module the step did not touch (from nn_module_stack) as one node with its "
-                               "node count; untick to unfold them.")
+    modules = st.selectbox("Fold modules", tuple(app_modules.MODES), key="fold_modules",
+                           help="Draw each module the step did not touch (from nn_module_stack; the outermost one "
+                                f"that is closed) as one node with its node count. auto: above {viz.MODULES_ABOVE} "
+                                "drawable nodes. Open one by clicking it or under 'Unfolded modules'.")
     keep = st.checkbox("Keep positions across steps", value=True, key="keep_positions",
                        help=f"Small traces (up to {viz.graph.STABLE_MAX} distinct nodes): one layout for every "
                             "step, so scrubbing moves only what changed. Off: each step's before and after get "
@@ -234,7 +236,7 @@ def graph_options(n_nodes: int) -> dict:
                        help=f"Draw every node (offered up to {FULL_VIEW_LIMIT:,} nodes; layout is bounded "
                             f"to {viz.layout.LAYOUT_BUDGET_S:g} s, then a simpler layered layout is used).")
     height = st.number_input("Graph height (px)", 300, 2000, 560, step=20, key="graph_height")
-    return {"hops": int(hops), "fold_params": fold, "clusters": clusters, "modules": modules,
+    return {"hops": int(hops), "fold_params": fold, "clusters": clusters, "modules": app_modules.MODES[modules],
             "fold": {"auto": None, "on": True, "off": False}[parallel], "keep": keep,
             "full": bool(full) and n_nodes <= FULL_VIEW_LIMIT, "height": int(height)}
 
@@ -262,6 +264,7 @@ def _cached(kind: str, key: tuple, make):
 def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar: dict) -> None:
     """The step's picture: before | after (or stacked) on one layout, or the diff, in one pan/zoom viewer."""
     height = opts.pop("height") + (160 if bar["presentation"] else 0)
+    opts["unfolded"] = app_modules.unfolded(ss, trace.model)
     if mode == "Whole pass":
         opts = {k: v for k, v in opts.items() if k != "keep"}
         views = [viz.pass_view(trace, pass_filter, side, legend_in_graph=False, **opts) for side in ("before", "after")]
@@ -272,9 +275,10 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
                                  stacked=bar["picture"] == "Stacked", text_scale=bar["text_scale"]), height=height)
         st.caption(f"Whole pass: each side laid out on its own. Before: {_drawn_note(views[0])}. "
                    f"After: {_drawn_note(views[1])}.")
+        app_modules.module_control(ss, list(dict.fromkeys(views[0].modules + views[1].modules)))
         return
-    keep = opts.pop("keep") and not opts["modules"]
-    key = tuple(sorted(opts.items()))
+    keep = opts.pop("keep") and opts["modules"] is not True
+    key = tuple(sorted((k, tuple(sorted(v)) if isinstance(v, frozenset) else v) for k, v in opts.items()))
     try:
         shared = None if not keep else _cached(
             "trace_layout", (opts["fold_params"], opts["clusters"]),
@@ -290,10 +294,13 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
         return
     focus = list(dict.fromkeys(pic.before.focus + pic.after.focus))
     st.iframe(viz.panes_html(panes, focus, pic.diff.legend, pic.diff.notes, stacked=bar["picture"] == "Stacked",
-                             text_scale=bar["text_scale"]), height=height * (2 if bar["picture"] == "Stacked" else 1))
+                             text_scale=bar["text_scale"],
+                             animate_key=f"{trace.model}|{'diff' if bar['picture'] == 'Diff' else 'pair'}"),
+              height=height * (2 if bar["picture"] == "Stacked" else 1))
     how = "one layout for all steps" if pic.layout is shared else "one layout for before and after"
     st.caption(f"Before: {_drawn_note(pic.before)}. After: {_drawn_note(pic.after)}. Layout: {pic.layout.method}, "
                f"{how}" + (f" — {pic.layout.note}" if pic.layout.note else "") + ".")
+    app_modules.module_control(ss, pic.diff.modules)
 
 
 def step_details(trace, cur: int) -> None:
@@ -375,6 +382,7 @@ def main() -> None:
         bar, opts = view_bar(len(trace.initial_graph))
         height = opts.pop("height")
         opts.pop("fold"), opts.pop("keep")
+        opts["unfolded"] = app_modules.unfolded(ss, trace.model)
         show_view(viz.snapshot_view(trace, 0, legend_in_graph=False, **opts), height, bar["text_scale"])
         header(trace)
     else:
