@@ -18,6 +18,7 @@ import sample_models
 import viz
 from app import compare_view, debug, inspector, toggles, upstream
 from app import modules as app_modules
+from app import presentation
 from app import state as S
 from app.graphview import drawn_note as _drawn_note
 from app.graphview import show_view
@@ -35,6 +36,7 @@ st.set_page_config(page_title="Optimus Lens", layout="wide")
 st.markdown("<style>.block-container{padding-top:2.2rem;padding-bottom:1rem}</style>", unsafe_allow_html=True)
 ss = st.session_state
 S.init(ss)
+presentation.init(ss)
 
 
 @st.cache_resource
@@ -160,16 +162,22 @@ def graph_breaks(trace) -> None:
 
 
 def navigator(trace) -> tuple[int, str | None, str]:
-    """Pass filter, view mode, step slider and Previous/Next; returns (step, pass filter, mode)."""
-    passes_with_steps = list(dict.fromkeys(s.pass_name for s in trace.steps))
-    c = st.columns([2, 2.2, 5, 1.3, 1.1], vertical_alignment="bottom")
-    pf = c[0].selectbox("Pass", ["all passes", *passes_with_steps], key="pass_filter")
-    pass_filter = None if pf == "all passes" else pf
-    mode = c[1].radio("View", ("Step", "Whole pass"), key="view_mode", horizontal=True,
-                      disabled=pass_filter is None, help="Whole pass: before its first step / after its last, "
-                      "one colour per fused group. Pick a pass to enable.")
-    if pass_filter is None:
-        mode = "Step"
+    """Pass filter, view mode, step slider and Previous/Next (in presentation mode: the
+    slider, Previous/Next and the presentation switch); returns (step, pass filter, mode)."""
+    if presentation.is_on(ss):
+        c = st.columns([6.5, 1.3, 1.1, 1.9], vertical_alignment="bottom")
+        presentation.switch(ss, c[3], "presentation_nav")
+        c, pass_filter, mode = [None, None, *c[:3]], None, "Step"
+    else:
+        passes_with_steps = list(dict.fromkeys(s.pass_name for s in trace.steps))
+        c = st.columns([2, 2.2, 5, 1.3, 1.1], vertical_alignment="bottom")
+        pf = c[0].selectbox("Pass", ["all passes", *passes_with_steps], key="pass_filter")
+        pass_filter = None if pf == "all passes" else pf
+        mode = c[1].radio("View", ("Step", "Whole pass"), key="view_mode", horizontal=True,
+                          disabled=pass_filter is None, help="Whole pass: before its first step / after its last, "
+                          "one colour per fused group. Pick a pass to enable.")
+        if pass_filter is None:
+            mode = "Step"
     options = S.step_options(trace, pass_filter)
     cur = S.clamp_step(ss, options)
     if mode == "Step":
@@ -196,21 +204,22 @@ PICTURES = ("Side by side", "Diff", "Stacked")
 
 
 def view_bar(n_nodes: int) -> tuple[dict, dict]:
-    """The always-visible view controls — picture, text size, presentation preset — and
-    the rest in a popover; returns (bar, graph options)."""
-    c = st.columns([3.2, 3, 1.8, 1.6], vertical_alignment="bottom")
+    """The always-visible view controls — picture, text size, presentation switch — and
+    the rest in a popover (all hidden, their settings kept, in presentation mode); returns
+    (bar, graph options)."""
+    c = st.container(key="lens_viewbar").columns([3.2, 3, 1.8, 1.6], vertical_alignment="bottom")
     picture = c[0].radio("Picture", PICTURES, key="picture", horizontal=True,
                          help="Side by side: before | after on one layout, zoomed and panned together. Diff: one "
                               "picture — erased nodes ghosted, created ones marked, a dashed arrow from each "
                               "replaced node to its replacement, changed arguments struck through.")
-    present = c[2].toggle("Presentation", key="presentation",
-                          help="Large text, graphs first, sidebar and step facts out of the way.")
+    presentation.switch(ss, c[2])
+    present = presentation.is_on(ss)
     size = c[1].select_slider("Text size", list(TEXT_SIZES), value="normal", key="text_size",
                               disabled=present, help="Kept from step to step.")
     with c[3].popover("View options", width="stretch"):
         opts = graph_options(n_nodes)
-    return {"picture": picture, "text_scale": TEXT_SIZES["projector" if present else size],
-            "presentation": present}, opts
+    return {"picture": picture, "text_scale": presentation.TEXT_SCALE if present else TEXT_SIZES[size],
+            "presentation": present, "palette": presentation.palette(ss)}, opts
 
 
 def graph_options(n_nodes: int) -> dict:
@@ -267,7 +276,8 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
     opts["unfolded"] = app_modules.unfolded(ss, trace.model)
     if mode == "Whole pass":
         opts = {k: v for k, v in opts.items() if k != "keep"}
-        views = [viz.pass_view(trace, pass_filter, side, legend_in_graph=False, **opts) for side in ("before", "after")]
+        views = [viz.pass_view(trace, pass_filter, side, legend_in_graph=False, palette=bar["palette"], **opts)
+                 for side in ("before", "after")]
         rendered = [viz.render_view(v) for v in views]
         panes = [(f"Before pass {pass_filter}", rendered[0].svg), (f"After pass {pass_filter}", rendered[1].svg)]
         notes = views[1].notes + [r.note for r in rendered if r.note]
@@ -278,6 +288,7 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
         app_modules.module_control(ss, list(dict.fromkeys(views[0].modules + views[1].modules)))
         return
     keep = opts.pop("keep") and opts["modules"] is not True
+    opts["palette"] = bar["palette"]
     key = tuple(sorted((k, tuple(sorted(v)) if isinstance(v, frozenset) else v) for k, v in opts.items()))
     try:
         shared = None if not keep else _cached(
@@ -293,7 +304,7 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
         st.error(f"Step {cur} could not be drawn: {type(e).__name__}: {e}")
         return
     focus = list(dict.fromkeys(pic.before.focus + pic.after.focus))
-    st.iframe(viz.panes_html(panes, focus, pic.diff.legend, pic.diff.notes, stacked=bar["picture"] == "Stacked",
+    st.container(key="lens_graph").iframe(viz.panes_html(panes, focus, pic.diff.legend, pic.diff.notes, stacked=bar["picture"] == "Stacked",
                              text_scale=bar["text_scale"],
                              animate_key=f"{trace.model}|{'diff' if bar['picture'] == 'Diff' else 'pair'}"),
               height=height * (2 if bar["picture"] == "Stacked" else 1))
@@ -376,7 +387,8 @@ def main() -> None:
     graph_breaks(trace)
     toggles.stale_marker(ss, PIPELINE)
     upstream.defects(trace)
-    debug.failure_tools(ss, trace)
+    with st.container(key="lens_tools"):
+        debug.failure_tools(ss, trace)
     if not trace.steps:
         st.info("No pattern matched: the pipeline made no step. The captured graph:")
         bar, opts = view_bar(len(trace.initial_graph))
@@ -388,8 +400,7 @@ def main() -> None:
     else:
         cur, pass_filter, mode = navigator(trace)
         bar, opts = view_bar(max(len(trace.before(cur)), len(trace.after(cur))))
-        if bar["presentation"]:
-            st.markdown("<style>section[data-testid='stSidebar']{display:none}</style>", unsafe_allow_html=True)
+        presentation.apply(ss)
         graphs(trace, cur, pass_filter, mode, opts, bar)
         step_details(trace, cur)
         header(trace)

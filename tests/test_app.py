@@ -135,11 +135,11 @@ def test_the_diff_picture_shows_the_normalize_split_change_in_place(ran):
 
 def test_text_size_is_kept_across_steps_and_presentation_enlarges_it(ran):
     ran.select_slider(key="text_size").set_value("large").run()
-    assert "], 1.3);</script>" in _viewer_pages(ran)[0]  # lensMount(root, focus, text scale)
+    assert "], 1.3, " in _viewer_pages(ran)[0]  # lensMount(root, focus, text scale, animation key)
     ran.button(key="next").click().run()
-    assert ran.select_slider(key="text_size").value == "large" and "], 1.3);</script>" in _viewer_pages(ran)[0]
-    ran.toggle(key="presentation").set_value(True).run()
-    assert "], 1.7);</script>" in _viewer_pages(ran)[0] and not ran.exception
+    assert ran.select_slider(key="text_size").value == "large" and "], 1.3, " in _viewer_pages(ran)[0]
+    ran.toggle(key="presentation_switch").set_value(True).run()
+    assert "], 1.7, " in _viewer_pages(ran)[0] and not ran.exception
 
 
 def test_pass_filter_limits_the_navigator_to_that_pass(ran):

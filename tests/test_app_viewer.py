@@ -38,3 +38,23 @@ def test_modules_fold_by_default_on_a_big_model_and_open_from_the_control_and_by
     at.button(key="fold_again").click().run()
     assert "<title>mod:towers.0</title>" in _viewer_pages(at)[0] and at.session_state["unfolded_modules"] == set()
     assert not at.exception
+
+
+def test_presentation_is_one_switch_kept_in_session_state_with_the_colour_blind_safe_palette():
+    from viz.palette import PRESENTATION, STANDARD
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert at.session_state["presentation"] is False
+    at = run(at)
+    assert STANDARD.groups[0] in _viewer_pages(at)[0]
+    at.toggle(key="presentation_switch").set_value(True).run()
+    assert at.session_state["presentation"] is True
+    page = _viewer_pages(at)[0]
+    assert PRESENTATION.groups[0] in page and PRESENTATION.created_border in page and STANDARD.groups[0] not in page
+    assert "], 1.7, " in page  # large text: lensMount(root, focus, text scale, animation key)
+    assert not any(s.key == "pass_filter" for s in at.selectbox)  # controls out of the way
+    at.button(key="next").click().run()
+    assert at.session_state["presentation"] is True and at.session_state["cur_step"] == 2
+    at.toggle(key="presentation_nav").set_value(False).run()  # the switch beside Previous/Next turns it off
+    assert at.session_state["presentation"] is False and STANDARD.groups[0] in _viewer_pages(at)[0]
+    assert not at.exception

@@ -100,3 +100,37 @@ def test_the_app_viewer_animates_next_from_the_positions_of_the_step_before(app_
         browser.close()
     assert res and all(r["skipped"] == "" for r in res), res  # the iframe was rebuilt; sessionStorage kept step 1
     assert res[1]["created"] > 0 and res[0]["moved"] == 0
+
+
+_TEXT_PX = """() => Array.from(document.querySelectorAll('.pane svg g.graph > g.node text')).filter(t => {
+  const r = t.getBoundingClientRect(); return r.width > 0 && r.bottom > 0 && r.top < innerHeight; })
+  .map(t => parseFloat(t.getAttribute('font-size')) * t.getScreenCTM().a)"""
+
+
+def test_presentation_mode_at_1280x800_graphs_fill_the_window_text_is_large_and_arrow_keys_step(app_url, tmp_path):  # noqa: F811
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(app_url, timeout=90_000)
+        page.get_by_role("button", name="Run", exact=True).click(timeout=90_000)
+        page.get_by_text("Step 1:", exact=False).first.wait_for(timeout=180_000)
+        page.get_by_text("Presentation", exact=True).first.click()
+        page.locator(".st-key-presentation_nav").wait_for(timeout=60_000)
+        page.wait_for_timeout(1500)
+        assert not page.locator("section[data-testid='stSidebar']").is_visible()
+        box = page.locator(".st-key-lens_graph iframe").bounding_box()
+        assert box["y"] < 250 and box["y"] + box["height"] <= 800, box  # graphs first, the whole window's height
+        frame = _viewer_frame(page)
+        px = frame.evaluate(_TEXT_PX)
+        page.screenshot(path=str(tmp_path / "presentation.png"))
+        assert px and min(px) >= 14, sorted(px)[:5]
+        frame.locator(".pane").first.click()  # keys pressed in the graph are forwarded to the page
+        page.keyboard.press("ArrowRight")
+        page.get_by_text("2: batch_linear").first.wait_for(timeout=60_000)
+        page.get_by_text("recsys_towers:", exact=False).first.click()
+        page.keyboard.press("ArrowLeft")
+        page.get_by_text("1: normalize_split").first.wait_for(timeout=60_000)
+        assert not page.locator('[data-testid="stException"]').count()
+        browser.close()

@@ -63,7 +63,7 @@ OKABE_ITO = Palette(
     name="okabe-ito",
     groups=("#F0E442", "#CC79A7", "#56B4E9", "#E69F00", "#009E73"),
     created_fill="#56B4E9", created_border="#0072B2", erased_border="#D55E00", rewired_border="#E69F00",
-    ghost_fill="#eeeeee", ghost_text="#555555", provenance="#000000", changed_old="#D55E00", changed_new="#0072B2",
+    ghost_fill="#eeeeee", ghost_text="#555555", provenance="#000000", changed_old="#D55E00", changed_new="#000000",
     module_fill="#e0e0e0", module_border="#000000", edge="#222222", border="#333333")
 
 PALETTES = {p.name: p for p in (STANDARD, OKABE_ITO)}

@@ -104,6 +104,12 @@ function lensAnimatePanes(root, key){
   root.dataset.anim = JSON.stringify(res.map(r => ({moved: r.moved.length, created: r.created.length,
                                                     erased: r.erased.length, skipped: r.skipped})));
 }
+if (window.parent !== window) {  // in the app's iframe: the arrow keys go to the page's Previous/Next
+  document.addEventListener('keydown', function(e){
+    if (e.key !== 'ArrowLeft' && e.key !== 'ArrowRight') return;
+    try { if (window.parent.lensStepKeys && window.parent.lensStepKeys(e.key)) e.preventDefault(); } catch (err) {}
+  });
+}
 function lensMount(root, focusNames, scale, animKey){
   const FOCUS = new Set(focusNames), SCALE = scale || 1;
   const panes = Array.from(root.querySelectorAll('.pane')), svgs = panes.map(p => p.querySelector('svg')).filter(Boolean);
