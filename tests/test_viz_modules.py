@@ -79,3 +79,16 @@ def test_step_picture_draws_folded_modules_on_its_one_layout_and_unfolds_on_requ
     assert opened.diff.modules == ["enc.layer.0", "enc.layer.1", "enc.layer.2"]
     svg = viz.layout.draw_pinned(opened.after.source)
     assert svg.count("lens&#45;module") == 3 and "<title>mod:enc.layer.1</title>" in svg
+
+
+def test_the_report_folds_modules_by_default_on_a_graph_above_modules_above():
+    from viz.report import embedded_svgs, html_report
+
+    snap = nested_snapshot(MODULES_ABOVE // 6 + 1)  # 6 nodes a layer: above the threshold
+    new = rec("new", "call_function", "torch.tanh", inputs=[list(snap.nodes)[-2]])
+    head = rec("head", inputs=["new"], module="head", module_type="Linear")
+    step = Step(index=1, pass_name="p", pattern="p", sites=["head"], created=["new"], erased=[], replaced={},
+                delta=Delta(upsert=[new, head], remove=[]), match_s=0.0, rewrite_s=0.0, nodes_after=len(snap) + 1)
+    trace = Trace(model="nested", initial_graph=snap, steps=[step], passes=[])
+    svgs = embedded_svgs(html_report(trace, catalogue=[]))["1"]
+    assert all("<title>mod:enc</title>" in svgs[side] and "lens&#45;module" in svgs[side] for side in svgs)
