@@ -395,7 +395,9 @@ def main() -> None:
         height = opts.pop("height")
         opts.pop("fold"), opts.pop("keep")
         opts["unfolded"] = app_modules.unfolded(ss, trace.model)
-        show_view(viz.snapshot_view(trace, 0, legend_in_graph=False, **opts), height, bar["text_scale"])
+        captured = viz.snapshot_view(trace, 0, legend_in_graph=False, **opts)
+        show_view(captured, height, bar["text_scale"])
+        app_modules.module_control(ss, captured.modules)
         header(trace)
     else:
         cur, pass_filter, mode = navigator(trace)
