@@ -73,7 +73,7 @@ export default function(component){
     box.__html = data.html;
     box.innerHTML = data.html || '';
     const root = box.querySelector('.lens');
-    if (root){ lensMount(root, data.focus || [], data.scale || 1); lensClicks(box); }
+    if (root){ lensMount(root, data.focus || [], data.scale || 1, data.anim || null); lensClicks(box); }
   }
   lensMarks(box, data.selected || null, data.partial || []);
   const root = box.querySelector('.lens'), hint = box.querySelector('.lens .hint');
@@ -90,13 +90,17 @@ _COMPONENT = st.components.v2.component("optimus_lens_graph_view", css=_CSS, js=
 
 def graph_view(panes: list[tuple[str, str]], focus=(), legend=(), notes=(), *, key: str, height: int,
                stacked: bool = False, text_scale: float = 1.0, selected: str | None = None, picked: str = "",
-               partial=(), on_pick: Callable[[dict | None], None] | None = None) -> None:
+               partial=(), animate_key: str | None = None,
+               on_pick: Callable[[dict | None], None] | None = None) -> None:
     """Mount the viewer of ``panes`` ((title, SVG) pairs, as :func:`viz.panes_html` takes)
     as a component of ``height`` px (twice that when ``stacked``), opened on ``focus``.
     ``selected`` (an FX node name) and ``partial`` (names) are outlined, and ``picked`` (a
-    line about the selection) is shown above the panes. A click on a node calls ``on_pick`` with ``{"name": DOT id, "pane": pane index}`` before the rerun."""
+    line about the selection) is shown above the panes. ``animate_key`` (as
+    :func:`viz.panes_html` takes it) animates a new drawing from the one last shown under
+    the same key. A click on a node calls ``on_pick`` with ``{"name": DOT id, "pane": pane index}`` before the rerun."""
     data = {"html": viewer_block(panes, legend, notes, stacked), "focus": list(focus), "scale": float(text_scale),
-            "height": int(height), "selected": selected, "picked": picked, "partial": list(partial)}
+            "height": int(height), "selected": selected, "picked": picked, "partial": list(partial),
+            "anim": ("lens:" + animate_key) if animate_key else None}
 
     def _changed() -> None:
         got = st.session_state.get(key)

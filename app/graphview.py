@@ -36,6 +36,8 @@ def drawn_note(view: viz.GraphView) -> str:
         note += f" ({view.parallel:,} parallel copies drawn as ×k)"
     if view.folded:
         note += f"; {view.folded} parameters folded"
+    if view.modules:
+        note += f"; {len(view.modules)} modules folded"
     if view.elided:
         note += f"; {view.elided:,} not shown ({view.hops}-hop neighbourhood)"
     return note

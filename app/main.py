@@ -17,6 +17,8 @@ import streamlit as st
 import sample_models
 import viz
 from app import compare_view, debug, inspector, toggles, upstream, why_panel
+from app import modules as app_modules
+from app import presentation
 from app import state as S
 from app.graphclick import graph_view, on_pick, selection_line
 from app.graphview import drawn_note as _drawn_note
@@ -35,6 +37,7 @@ st.set_page_config(page_title="Optimus Lens", layout="wide")
 st.markdown("<style>.block-container{padding-top:2.2rem;padding-bottom:1rem}</style>", unsafe_allow_html=True)
 ss = st.session_state
 S.init(ss)
+presentation.init(ss)
 
 
 @st.cache_resource
@@ -160,16 +163,22 @@ def graph_breaks(trace) -> None:
 
 
 def navigator(trace) -> tuple[int, str | None, str]:
-    """Pass filter, view mode, step slider and Previous/Next; returns (step, pass filter, mode)."""
-    passes_with_steps = list(dict.fromkeys(s.pass_name for s in trace.steps))
-    c = st.columns([2, 2.2, 5, 1.3, 1.1], vertical_alignment="bottom")
-    pf = c[0].selectbox("Pass", ["all passes", *passes_with_steps], key="pass_filter")
-    pass_filter = None if pf == "all passes" else pf
-    mode = c[1].radio("View", ("Step", "Whole pass"), key="view_mode", horizontal=True,
-                      disabled=pass_filter is None, help="Whole pass: before its first step / after its last, "
-                      "one colour per fused group. Pick a pass to enable.")
-    if pass_filter is None:
-        mode = "Step"
+    """Pass filter, view mode, step slider and Previous/Next (in presentation mode: the
+    slider, Previous/Next and the presentation switch); returns (step, pass filter, mode)."""
+    if presentation.is_on(ss):
+        c = st.columns([6.5, 1.3, 1.1, 1.9], vertical_alignment="bottom")
+        presentation.switch(ss, c[3], "presentation_nav")
+        c, pass_filter, mode = [None, None, *c[:3]], None, "Step"
+    else:
+        passes_with_steps = list(dict.fromkeys(s.pass_name for s in trace.steps))
+        c = st.columns([2, 2.2, 5, 1.3, 1.1], vertical_alignment="bottom")
+        pf = c[0].selectbox("Pass", ["all passes", *passes_with_steps], key="pass_filter")
+        pass_filter = None if pf == "all passes" else pf
+        mode = c[1].radio("View", ("Step", "Whole pass"), key="view_mode", horizontal=True,
+                          disabled=pass_filter is None, help="Whole pass: before its first step / after its last, "
+                          "one colour per fused group. Pick a pass to enable.")
+        if pass_filter is None:
+            mode = "Step"
     options = S.step_options(trace, pass_filter)
     cur = S.clamp_step(ss, options)
     if mode == "Step":
@@ -196,21 +205,22 @@ PICTURES = ("Side by side", "Diff", "Stacked")
 
 
 def view_bar(n_nodes: int) -> tuple[dict, dict]:
-    """The always-visible view controls — picture, text size, presentation preset — and
-    the rest in a popover; returns (bar, graph options)."""
-    c = st.columns([3.2, 3, 1.8, 1.6], vertical_alignment="bottom")
+    """The always-visible view controls — picture, text size, presentation switch — and
+    the rest in a popover (all hidden, their settings kept, in presentation mode); returns
+    (bar, graph options)."""
+    c = st.container(key="lens_viewbar").columns([3.2, 3, 1.8, 1.6], vertical_alignment="bottom")
     picture = c[0].radio("Picture", PICTURES, key="picture", horizontal=True,
                          help="Side by side: before | after on one layout, zoomed and panned together. Diff: one "
                               "picture — erased nodes ghosted, created ones marked, a dashed arrow from each "
                               "replaced node to its replacement, changed arguments struck through.")
-    present = c[2].toggle("Presentation", key="presentation",
-                          help="Large text, graphs first, sidebar and step facts out of the way.")
+    presentation.switch(ss, c[2])
+    present = presentation.is_on(ss)
     size = c[1].select_slider("Text size", list(TEXT_SIZES), value="normal", key="text_size",
                               disabled=present, help="Kept from step to step.")
     with c[3].popover("View options", width="stretch"):
         opts = graph_options(n_nodes)
-    return {"picture": picture, "text_scale": TEXT_SIZES["projector" if present else size],
-            "presentation": present}, opts
+    return {"picture": picture, "text_scale": presentation.TEXT_SCALE if present else TEXT_SIZES[size],
+            "presentation": present, "palette": presentation.palette(ss)}, opts
 
 
 def graph_options(n_nodes: int) -> dict:
@@ -224,9 +234,10 @@ def graph_options(n_nodes: int) -> dict:
                                  f"one fusion) once, with '… ×k'. auto: above {viz.FOLD_ABOVE} drawn nodes.")
     clusters = st.checkbox("Module boxes", value=True, key="clusters",
                            help="Box the nodes of one module (from nn_module_stack) together.")
-    modules = st.checkbox("Fold modules", value=False, key="fold_modules",
-                          help="Draw each module the step did not touch (from nn_module_stack) as one node with its "
-                               "node count; untick to unfold them.")
+    modules = st.selectbox("Fold modules", tuple(app_modules.MODES), key="fold_modules",
+                           help="Draw each module the step did not touch (from nn_module_stack; the outermost one "
+                                f"that is closed) as one node with its node count. auto: above {viz.MODULES_ABOVE} "
+                                "drawable nodes. Open one by clicking it or under 'Unfolded modules'.")
     keep = st.checkbox("Keep positions across steps", value=True, key="keep_positions",
                        help=f"Small traces (up to {viz.graph.STABLE_MAX} distinct nodes): one layout for every "
                             "step, so scrubbing moves only what changed. Off: each step's before and after get "
@@ -235,7 +246,7 @@ def graph_options(n_nodes: int) -> dict:
                        help=f"Draw every node (offered up to {FULL_VIEW_LIMIT:,} nodes; layout is bounded "
                             f"to {viz.layout.LAYOUT_BUDGET_S:g} s, then a simpler layered layout is used).")
     height = st.number_input("Graph height (px)", 300, 2000, 560, step=20, key="graph_height")
-    return {"hops": int(hops), "fold_params": fold, "clusters": clusters, "modules": modules,
+    return {"hops": int(hops), "fold_params": fold, "clusters": clusters, "modules": app_modules.MODES[modules],
             "fold": {"auto": None, "on": True, "off": False}[parallel], "keep": keep,
             "full": bool(full) and n_nodes <= FULL_VIEW_LIMIT, "height": int(height)}
 
@@ -263,9 +274,11 @@ def _cached(kind: str, key: tuple, make):
 def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar: dict) -> None:
     """The step's picture: before | after (or stacked) on one layout, or the diff, in one pan/zoom viewer."""
     height = opts.pop("height") + (160 if bar["presentation"] else 0)
+    opts["unfolded"] = app_modules.unfolded(ss, trace.model)
     if mode == "Whole pass":
         opts = {k: v for k, v in opts.items() if k != "keep"}
-        views = [viz.pass_view(trace, pass_filter, side, legend_in_graph=False, **opts) for side in ("before", "after")]
+        views = [viz.pass_view(trace, pass_filter, side, legend_in_graph=False, palette=bar["palette"], **opts)
+                 for side in ("before", "after")]
         rendered = [viz.render_view(v) for v in views]
         panes = [(f"Before pass {pass_filter}", rendered[0].svg), (f"After pass {pass_filter}", rendered[1].svg)]
         notes = views[1].notes + [r.note for r in rendered if r.note]
@@ -275,9 +288,11 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
                    on_pick=lambda v: on_pick(ss, v, trace, cur, [steps[0].index - 1, steps[-1].index]))
         st.caption(f"Whole pass: each side laid out on its own. Before: {_drawn_note(views[0])}. "
                    f"After: {_drawn_note(views[1])}.")
+        app_modules.module_control(ss, list(dict.fromkeys(views[0].modules + views[1].modules)))
         return
-    keep = opts.pop("keep") and not opts["modules"]
-    key = tuple(sorted(opts.items()))
+    keep = opts.pop("keep") and opts["modules"] is not True
+    opts["palette"] = bar["palette"]
+    key = tuple(sorted((k, tuple(sorted(v)) if isinstance(v, frozenset) else v) for k, v in opts.items()))
     try:
         shared = None if not keep else _cached(
             "trace_layout", (opts["fold_params"], opts["clusters"]),
@@ -293,14 +308,17 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
         return
     focus = list(dict.fromkeys(pic.before.focus + pic.after.focus))
     sides = [None] if bar["picture"] == "Diff" else [cur - 1, cur]
-    graph_view(panes, focus, pic.diff.legend, pic.diff.notes, key="step_view", stacked=bar["picture"] == "Stacked",
-               text_scale=bar["text_scale"], height=height * (2 if bar["picture"] == "Stacked" else 1),
-               selected=ss.get("inspect_node"), picked=selection_line(trace, [cur, cur - 1], ss.get("inspect_node")),
-               partial=why_panel.partial(ss, trace, cur),
-               on_pick=lambda v: on_pick(ss, v, trace, cur, sides))
+    with st.container(key="lens_graph"):
+        graph_view(panes, focus, pic.diff.legend, pic.diff.notes, key="step_view", stacked=bar["picture"] == "Stacked",
+                   text_scale=bar["text_scale"], height=height * (2 if bar["picture"] == "Stacked" else 1),
+                   selected=ss.get("inspect_node"), picked=selection_line(trace, [cur, cur - 1], ss.get("inspect_node")),
+                   partial=why_panel.partial(ss, trace, cur),
+                   animate_key=f"{trace.model}|{'diff' if bar['picture'] == 'Diff' else 'pair'}",
+                   on_pick=lambda v: on_pick(ss, v, trace, cur, sides))
     how = "one layout for all steps" if pic.layout is shared else "one layout for before and after"
     st.caption(f"Before: {_drawn_note(pic.before)}. After: {_drawn_note(pic.after)}. Layout: {pic.layout.method}, "
                f"{how}" + (f" — {pic.layout.note}" if pic.layout.note else "") + ".")
+    app_modules.module_control(ss, pic.diff.modules)
 
 
 def step_details(trace, cur: int) -> None:
@@ -376,22 +394,24 @@ def main() -> None:
     graph_breaks(trace)
     toggles.stale_marker(ss, PIPELINE)
     upstream.defects(trace)
-    debug.failure_tools(ss, trace)
+    with st.container(key="lens_tools"):
+        debug.failure_tools(ss, trace)
     if not trace.steps:
         st.info("No pattern matched: the pipeline made no step. The captured graph:")
         bar, opts = view_bar(len(trace.initial_graph))
         height = opts.pop("height")
         opts.pop("fold"), opts.pop("keep")
-        show_view(viz.snapshot_view(trace, 0, legend_in_graph=False, **opts), height, bar["text_scale"],
-                  key="snapshot_view", selected=ss.get("inspect_node"),
+        opts["unfolded"] = app_modules.unfolded(ss, trace.model)
+        captured = viz.snapshot_view(trace, 0, legend_in_graph=False, **opts)
+        show_view(captured, height, bar["text_scale"], key="snapshot_view", selected=ss.get("inspect_node"),
                   on_pick=lambda v: on_pick(ss, v, trace, 0, [0]))
+        app_modules.module_control(ss, captured.modules)
         inspector.inspector(ss, trace, 0)
         header(trace)
     else:
         cur, pass_filter, mode = navigator(trace)
         bar, opts = view_bar(max(len(trace.before(cur)), len(trace.after(cur))))
-        if bar["presentation"]:
-            st.markdown("<style>section[data-testid='stSidebar']{display:none}</style>", unsafe_allow_html=True)
+        presentation.apply(ss)
         graphs(trace, cur, pass_filter, mode, opts, bar)
         inspector.inspector(ss, trace, cur)  # under the graphs: a click on a node opens it there
         why_panel.why_panel(ss, trace, cur)

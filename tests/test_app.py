@@ -145,7 +145,7 @@ def test_text_size_is_kept_across_steps_and_presentation_enlarges_it(ran):
     assert _viewers(ran)[0]["scale"] == 1.3  # lensMount(root, focus, text scale)
     ran.button(key="next").click().run()
     assert ran.select_slider(key="text_size").value == "large" and _viewers(ran)[0]["scale"] == 1.3
-    ran.toggle(key="presentation").set_value(True).run()
+    ran.toggle(key="presentation_switch").set_value(True).run()
     assert _viewers(ran)[0]["scale"] == 1.7 and not ran.exception
 
 

@@ -123,7 +123,7 @@ def test_parameter_placeholders_fold_into_their_users():
     folded = viz.step_view(t, 1, "before")
     assert folded.folded == 5
     assert not re.search(r'^\s*"?l_self_modules_fc0_parameters_weight_"? \[', folded.source, re.M)
-    assert "l_self_modules_fc0_parameters_weight_ ->" not in folded.source
+    assert not re.search(r"\bl_self_modules_fc0_parameters_weight_\"? ->", folded.source)
     assert "+1 param" in node_line(folded.source, "linear_0")
     shown = viz.step_view(t, 1, "before", fold_params=False)
     assert shown.folded == 0 and "l_self_modules_fc0_parameters_weight_" in shown.source
@@ -391,14 +391,3 @@ def towers_snapshot(k: int = 6) -> GraphSnapshot:
     nodes.append(rec("cat", target="torch.cat", inputs=[f"b{i}" for i in range(k)], shape=(4, 8 * k)))
     return GraphSnapshot(nodes)
 
-
-def test_modules_fold_into_one_node_with_their_node_count_and_parallel_towers_into_one():
-    snap = towers_snapshot(6)
-    v = graph_view(snap, viz.Marks(groups={"cat": 0}), modules=True, fold=False)
-    assert v.shown == 8 and v.elided == 0  # x, six tower nodes, cat
-    assert "towers.3 (3 nodes)" in node_line(v.source, "[towers.3]")
-    assert "<svg" in viz.render_svg(v)
-    both = graph_view(snap, viz.Marks(groups={"cat": 0}), modules=True, fold=True)
-    assert both.shown == 3 and "towers.0 (3 nodes) … ×6" in node_line(both.source, "[towers.0]")
-    marked = graph_view(snap, viz.Marks(groups={"r2": 0}), modules=True, fold=False)
-    assert "[towers.2]" not in marked.source and "r2" in marked.source  # a module the step touched stays open

@@ -2,12 +2,12 @@
 SVG, plotly figures and a standalone HTML report. No Streamlit here; the app and the
 CLI both call these."""
 from viz import layout  # noqa: F401
-from viz.graph import (FOLD_ABOVE, GROUP_COLOURS, HOPS, MAX_NODES, GraphView, Marks, RenderError, Rendered, StepPicture,
-                       graph_view, node_label, pass_view, render_svg, render_view, responsive_svg, snapshot_view,
+from viz.graph import (FOLD_ABOVE, GROUP_COLOURS, HOPS, MAX_NODES, MODULES_ABOVE, GraphView, Marks, RenderError, Rendered,
+                       StepPicture, graph_view, module_path, node_label, pass_view, render_svg, render_view, responsive_svg, snapshot_view,
                        step_marks, step_picture, step_view, trace_layout)
 
-__all__ = ["FOLD_ABOVE", "GROUP_COLOURS", "HOPS", "MAX_NODES", "GraphView", "Marks", "RenderError", "Rendered",
-           "StepPicture", "graph_view", "node_label", "pass_view", "render_svg", "render_view", "responsive_svg",
+__all__ = ["FOLD_ABOVE", "GROUP_COLOURS", "HOPS", "MAX_NODES", "MODULES_ABOVE", "GraphView", "Marks", "RenderError", "Rendered",
+           "StepPicture", "graph_view", "module_path", "node_label", "pass_view", "render_svg", "render_view", "responsive_svg",
            "snapshot_view", "step_marks", "step_picture", "step_view", "trace_layout"]
 from viz.figures import (bench_rows, compile_time_figure, memory_figure, method_text, node_count_figure,  # noqa: E402
                          speedup_figure)

@@ -15,6 +15,8 @@ representative) with an "×k" badge and lists the members on hover.
 """
 from __future__ import annotations
 
+import functools
+
 from optimus.trace import GraphSnapshot, NodeRecord, arg_text
 
 #: a class folds when it has at least this many members
@@ -67,3 +69,90 @@ def parallel_classes(snap: GraphSnapshot, names: list[str], mark_of: dict[str, t
         for m in ms:
             rep[m] = first or m
     return rep
+
+
+# --------------------------------------------------------------------------- module folding
+
+#: a module folds into one node when it has at least this many drawn nodes
+MODULE_MIN = 3
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def module_prefixes(path: str) -> tuple[str, ...]:
+    """``towers.3.fc1`` -> ``("towers", "towers.3", "towers.3.fc1")`` (outermost first)."""
+    parts = path.split(".")
+    return tuple(".".join(parts[: i + 1]) for i in range(len(parts)))
+
+
+def _connected(inputs: dict[str, list[str]], names: list[str]) -> bool:
+    """Whether ``names`` form one weakly connected piece using only edges among themselves."""
+    members = set(names)
+    adj: dict[str, list[str]] = {n: [] for n in names}
+    for n in names:
+        for i in inputs.get(n, ()):
+            if i in members:
+                adj[n].append(i)
+                adj[i].append(n)
+    seen, todo = {names[0]}, [names[0]]
+    while todo:
+        for m in adj[todo.pop()]:
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return len(seen) == len(members)
+
+
+def module_owners(snap: GraphSnapshot, names: list[str], keep_open: set[str], unfolded=frozenset(),
+                  min_size: int = MODULE_MIN) -> dict[str, str]:
+    """Which module each node folds into: node name -> module path, for the nodes of
+    ``names`` that fold (the others are drawn as themselves).
+
+    The module hierarchy is the node's ``nn_module_stack`` path (``NodeRecord.module``,
+    its innermost module) read as nested prefixes: ``towers.3.fc1`` sits in ``towers.3``,
+    which sits in ``towers``. A node folds into its *outermost* module that is closed:
+    not in ``unfolded``, holding none of ``keep_open`` (the nodes the step touched: a
+    module they are in stays open, all the way up), with at least ``min_size`` nodes
+    among ``names``, whose nodes form one connected piece (128 parallel towers under
+    ``towers`` do not, so each ``towers.i`` folds instead; a module whose nodes a fusion
+    scattered does not either). Unfolding a module shows its children, folded by the
+    same rule. Placeholders and the output never fold. O(nodes + module paths x depth)."""
+    by_path: dict[str, list[str]] = {}  # innermost module -> its nodes: one dict step per node
+    nodes = snap.nodes
+    for n in names:
+        r = nodes[n]
+        if r.module and r.op != "placeholder" and r.op != "output":
+            ms = by_path.get(r.module)
+            if ms is None:
+                by_path[r.module] = [n]
+            else:
+                ms.append(n)
+    if not by_path:
+        return {}
+    under: dict[str, list[str]] = {}  # module -> the innermost paths under it
+    for path in by_path:
+        for p in module_prefixes(path):
+            under.setdefault(p, []).append(path)
+    opened = set(unfolded)
+    for n in keep_open:
+        r = nodes.get(n)
+        if r is not None and r.module:
+            opened.update(module_prefixes(r.module))
+    closed: dict[str, list[str] | None] = {}
+
+    def members_if_closed(p: str) -> list[str] | None:
+        if p not in closed:
+            closed[p] = None
+            if p not in opened and sum(len(by_path[q]) for q in under[p]) >= min_size:
+                ms = [n for q in under[p] for n in by_path[q]]
+                if _connected({n: nodes[n].inputs for n in ms}, ms):
+                    closed[p] = ms
+        return closed[p]
+
+    owner = {}
+    for path, ns in by_path.items():
+        for p in module_prefixes(path):
+            if members_if_closed(p) is not None:
+                for n in ns:
+                    owner[n] = p
+                break
+    return owner

@@ -35,17 +35,17 @@ from dataclasses import dataclass, field, replace
 import graphviz
 
 from optimus.trace import GraphSnapshot, NodeRecord, Step, Trace, arg_text
-from viz.fold import parallel_classes
+from viz.fold import MODULE_MIN, _connected, module_owners, parallel_classes
 from viz.index import users_at
+from viz.palette import STANDARD, Palette
 from viz.layout import (LAYOUT_BUDGET_S, Layout, RenderError, anchors, bounded_layout, dot_limits, draw_pinned,
                         layered_layout)
 
 #: fill colours of fused groups (pattern sites), one per step in a pass overview
-GROUP_COLOURS = ("#ffd54f", "#81d4fa", "#ce93d8", "#ffab91", "#f48fb1", "#80cbc4", "#e6ee9c", "#b39ddb",
-                 "#ffcc80", "#90caf9")
-CREATED_FILL, CREATED_BORDER = "#c8e6c9", "#2e7d32"
-ERASED_BORDER = "#c62828"
-REWIRED_BORDER = "#1565c0"
+GROUP_COLOURS = STANDARD.groups
+CREATED_FILL, CREATED_BORDER = STANDARD.created_fill, STANDARD.created_border
+ERASED_BORDER = STANDARD.erased_border
+REWIRED_BORDER = STANDARD.rewired_border
 PLAIN_FILL, INPUT_FILL = "#ffffff", "#eeeeee"
 
 #: default number of drawable nodes above which a view is cut to the marked nodes' neighbourhood
@@ -55,9 +55,9 @@ HOPS = 2
 #: parallel-copy folding is on by default when a view has more drawable nodes than this
 #: (recsys_towers' views, 40-70 nodes, stay unfolded; a 64-tower model's 500 fold)
 FOLD_ABOVE = 120
-GHOST_FILL, GHOST_TEXT = "#f5f5f5", "#9e9e9e"
-PROVENANCE_COLOUR = "#6a1b9a"
-CHANGED_OLD, CHANGED_NEW = "#c62828", "#2e7d32"
+GHOST_FILL, GHOST_TEXT = STANDARD.ghost_fill, STANDARD.ghost_text
+PROVENANCE_COLOUR = STANDARD.provenance
+CHANGED_OLD, CHANGED_NEW = STANDARD.changed_old, STANDARD.changed_new
 
 _DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64",
                 "int32": "i32", "int8": "i8", "uint8": "u8", "bool": "bool"}
@@ -126,6 +126,9 @@ class GraphView:
     fold_s: float = 0.0
     build_s: float = 0.0
     marks: "Marks | None" = None
+    #: paths of the modules drawn folded (``mod:<path>`` nodes; :func:`module_path`)
+    modules: list[str] = field(default_factory=list)
+    palette: Palette = STANDARD
 
     @property
     def source(self) -> str:
@@ -190,7 +193,8 @@ def label_lines(rec: NodeRecord, folded: int = 0, count: int = 1) -> list[str]:
     if rec.op == "placeholder":
         lines = [display_name(rec), sd]
     elif rec.op == MODULE_OP:
-        lines = [f"{rec.module} ({rec.module_type})", sd]
+        size = f"{rec.args[0]} nodes" if rec.args else ""
+        lines = [rec.module, f"{rec.module_type} · {size}" if rec.module_type else size, sd]
     elif rec.op == "output":
         lines = ["output"]
     elif rec.op == "get_attr":
@@ -245,23 +249,27 @@ def _has_ref(a) -> bool:
     return False
 
 
-def _html_label(lines: list[str], changes: list[tuple[str, str, str]]) -> str:
+def _html_label(lines: list[str], changes: list[tuple[str, str, str]], palette: Palette = STANDARD) -> str:
     """An HTML-like label: the plain lines, then one line per changed argument with the
-    old value struck through in red and the new one beside it in green."""
+    old value struck through (red) and the new one beside it (green; the palette's)."""
     rows = [_html(x) for x in lines]
     for where, old, new in changes:
-        rows.append(f'{_html(where)}: <FONT COLOR="{CHANGED_OLD}"><S>{_html(_cut(old, 24))}</S></FONT> '
-                    f'<FONT COLOR="{CHANGED_NEW}">{_html(_cut(new, 24))}</FONT>')
+        rows.append(f'{_html(where)}: <FONT COLOR="{palette.changed_old}"><S>{_html(_cut(old, 24))}</S></FONT> '
+                    f'<FONT COLOR="{palette.changed_new}">{_html(_cut(new, 24))}</FONT>')
     return "<" + "<BR/>".join(rows) + ">"
 
 
 def node_tooltip(rec: NodeRecord, members: list[str] | None = None) -> str:
     """Hover text: name, op, full target and arguments, module and source line; for a
     folded class, how many parallel copies it stands for and their names."""
-    lines = [f"{rec.name}  ({rec.op})", f"{rec.target}({rec.args_text(200)})"]
+    if rec.op == MODULE_OP:
+        lines = [f"module {rec.module}" + (f" ({rec.module_type})" if rec.module_type else "")
+                 + f": {rec.args[0]} nodes folded into this node"]
+    else:
+        lines = [f"{rec.name}  ({rec.op})", f"{rec.target}({rec.args_text(200)})"]
     if members:
         lines.insert(0, f"×{len(members)} parallel copies: {_ranges(tuple(members))}")
-    if rec.module:
+    if rec.module and rec.op != MODULE_OP:
         lines.append(f"module: {rec.module}" + (f" ({rec.module_type})" if rec.module_type else ""))
     if rec.source:
         lines.append(rec.source)
@@ -352,6 +360,9 @@ class Drawn:
     hops: int | None = None
     fold_s: float = 0.0
     select_s: float = 0.0
+    fold_cpu_s: float = 0.0
+    #: paths of the folded modules drawn (each member of a "×k" module node counted)
+    modules: list[str] = field(default_factory=list)
 
     def count(self, n: str) -> int:
         return len(self.members.get(n, (n,)))
@@ -408,6 +419,7 @@ _NUMBERED = re.compile(r"(.*?)(\d+)")
 _DIGITS = re.compile(r"(\d+)")
 
 
+@functools.lru_cache(maxsize=1 << 18)
 def _natural(name: str) -> tuple:
     """Sort key: ``linear_12`` after ``linear_2``."""
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(name))
@@ -438,36 +450,41 @@ def _topo_order(nodes: dict[str, NodeRecord], keep: set[str]) -> list[str]:
     return out
 
 
-MODULE_OP = "module"  # the op of a collapsed-module node (viz only; never in a Trace)
+MODULE_OP = "module"  # the op of a folded-module node (viz only; never in a Trace)
+#: a folded module's node id (DOT node name, SVG ``<title>``) is this prefix + its path
+MODULE_ID = "mod:"
+#: module folding is on by default when a view has more drawable nodes than this (see
+#: docs/ARCHITECTURE.md, "The step viewer", for how it was measured)
+MODULES_ABOVE = 100
 
 
-def collapse_modules(snap: GraphSnapshot, names: list[str], marked: set[str],
-                     min_size: int = 3) -> tuple[GraphSnapshot, list[str], dict[str, int]]:
-    """Each module (grouped as the module boxes are, :func:`_cluster_key`) whose nodes
-    among ``names`` number at least ``min_size``, hold no marked node and form one
-    connected piece becomes one node ``[<path>]`` labelled with its path and node
-    count (from ``nn_module_stack``). Its inputs are the members' inputs from outside it
-    (parameters included, so "+N params" counts them); users of members now use it.
-    Identical modules of parallel towers (``towers.3`` and ``towers.7``) share a target
-    (``towers.*``), so parallel-copy folding draws them once as "×k".
+def module_path(node_id: str) -> str | None:
+    """The module path of a folded module's node id (``mod:towers.3`` -> ``towers.3``, as
+    the SVG ``<title>`` of a ``class="lens-module"`` node reads); None for any other node."""
+    return node_id[len(MODULE_ID):] if node_id.startswith(MODULE_ID) else None
 
-    Returns (a snapshot of the collapsed graph, its names in order, module node -> how
+
+def collapse_modules(snap: GraphSnapshot, names: list[str], keep_open: set[str], unfolded=frozenset(),
+                     min_size: int = MODULE_MIN) -> tuple[GraphSnapshot, list[str], dict[str, int]]:
+    """Fold modules (:func:`viz.fold.module_owners`: the outermost closed module of each
+    node's ``nn_module_stack`` path; modules holding a ``keep_open`` node or named in
+    ``unfolded`` stay open) into one node each, id ``mod:<path>``, labelled with its path,
+    class and node count. Its inputs are the members' inputs from outside it (parameters
+    included, so "+N params" counts them); users of members now use it. Identical
+    modules of parallel towers (``towers.3`` and ``towers.7``) share a target
+    (``towers.*``) and node count, so parallel-copy folding draws them once as "×k".
+
+    Returns (a snapshot of the folded graph, its names in order, module node -> how
     many nodes it stands for)."""
-    groups: dict[str, list[str]] = {}
-    for n in names:
-        r = snap.nodes[n]
-        key = _cluster_key(r.module)
-        if key and n not in marked and r.op not in ("placeholder", "output"):
-            groups.setdefault(key, []).append(n)
-    inputs = {n: snap.nodes[n].inputs for n in names}
-    owner: dict[str, str] = {}
-    for key, ms in groups.items():
-        if len(ms) >= min_size and _connected(inputs, ms):
-            for m in ms:
-                owner[m] = f"[{key}]"
+    owner = {n: MODULE_ID + p for n, p in module_owners(snap, names, keep_open, unfolded, min_size).items()}
     if not owner:
         return snap, names, {}
-    out, order, weight, done = GraphSnapshot(), [], {}, set()
+    groups: dict[str, list[str]] = {}
+    for n in names:  # members in graph order: the module node takes its last member's shape
+        v = owner.get(n)
+        if v is not None:
+            groups.setdefault(v, []).append(n)
+    out, order, weight = GraphSnapshot(), [], {}
     for n in names:
         r = snap.nodes[n]
         v = owner.get(n)
@@ -475,15 +492,14 @@ def collapse_modules(snap: GraphSnapshot, names: list[str], marked: set[str],
             mapped = list(dict.fromkeys(owner.get(i, i) for i in r.inputs))
             out.nodes[n] = r if mapped == r.inputs else replace(r, inputs=mapped)
             order.append(n)
-        elif v not in done:
-            done.add(v)
-            key = v[1:-1]
-            ms = groups[key]
+        elif v not in out.nodes:
+            path, ms = v[len(MODULE_ID):], groups[v]
             ext = list(dict.fromkeys(i for m in ms for i in snap.nodes[m].inputs if owner.get(i) != v))
             last = snap.nodes[ms[-1]]
-            out.nodes[v] = NodeRecord(v, MODULE_OP, re.sub(r"\.\d+(?=\.|$)", ".*", key),
+            cls = next((snap.nodes[m].module_type for m in ms if snap.nodes[m].module == path), None)
+            out.nodes[v] = NodeRecord(v, MODULE_OP, re.sub(r"\.\d+(?=\.|$)", ".*", path), args=[len(ms)],
                                       inputs=[owner.get(i, i) for i in ext], shape=last.shape, dtype=last.dtype,
-                                      module=key, module_type=f"{len(ms)} nodes")
+                                      module=path, module_type=cls)
             order.append(v)
             weight[v] = len(ms)
     out.nodes = ChainMap(out.nodes, snap.nodes)  # parameters and nodes outside the region: as they were
@@ -496,14 +512,16 @@ def _mark_key(marks: Marks, n: str) -> tuple:
 
 def drawn_graph(snap: GraphSnapshot, marks: Marks | None = None, hops: int = HOPS, max_nodes: int = MAX_NODES,
                 full: bool = False, fold_params: bool = True, fold: bool | None = None,
-                users: dict | None = None, n_params: int | None = None, modules: bool = False) -> Drawn:
+                users: dict | None = None, n_params: int | None = None, modules: bool | None = False,
+                unfolded=frozenset(), keep_open: set[str] | None = None) -> Drawn:
     """Choose what to draw of ``snap``: parameter placeholders folded into their users
     (``fold_params``; marked ones stay), parallel copies folded into "×k" classes
     (``fold``; None: when more than :data:`FOLD_ABOVE` nodes are drawable), then — unless
     ``full`` — the marked classes and their ``hops``-hop neighbourhood, stopping before a
     hop would pass ``max_nodes`` drawn nodes (without marks: the first ``max_nodes``).
-    ``modules``: collapse each module without marked nodes into one node
-    (:func:`collapse_modules`) before the rest. Above :data:`LOCAL_ABOVE` nodes a marked view works on a region around the marks
+    ``modules``: fold modules into one node each (:func:`collapse_modules`; modules
+    holding a ``keep_open`` node — default: the marked ones — or named in ``unfolded``
+    stay open) before the rest; None: when more than :data:`MODULES_ABOVE` nodes are drawable. Above :data:`LOCAL_ABOVE` nodes a marked view works on a region around the marks
     (:func:`_region`; ``users``/``n_params`` from :func:`viz.index.users_at` keep it
     O(region))."""
     marks = marks or Marks()
@@ -519,11 +537,13 @@ def drawn_graph(snap: GraphSnapshot, marks: Marks | None = None, hops: int = HOP
         n_params = len(params)
     total = len(snap)
     weight: dict[str, int] = {}
+    if modules is None:
+        modules = total - n_params > MODULES_ABOVE
     if modules:
-        snap, names, weight = collapse_modules(snap, names, marked)
+        snap, names, weight = collapse_modules(snap, names, marked if keep_open is None else keep_open, unfolded)
     inside = set(names)
     sel_s = time.perf_counter() - t_sel
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if fold is None:
         fold = len(snap) - n_params > FOLD_ABOVE
     rep = parallel_classes(snap, names, {n: _mark_key(marks, n) for n in marked}) if fold else {}
@@ -531,6 +551,7 @@ def drawn_graph(snap: GraphSnapshot, marks: Marks | None = None, hops: int = HOP
     for n in names:
         members.setdefault(rep.get(n, n), []).append(n)
     fold_s = time.perf_counter() - t0 if fold else 0.0
+    fold_cpu = time.process_time() - c0 if fold else 0.0
     if fold:
         q_inputs = {}
         for r, ms in members.items():
@@ -567,8 +588,9 @@ def drawn_graph(snap: GraphSnapshot, marks: Marks | None = None, hops: int = HOP
     elided = total - n_params - sum(weight.get(m, 1) for r in order for m in members[r])
     if used_hops is None and elided:  # a local region: how far it reached
         used_hops = hops
+    mods = [module_path(m) for r in order if r in weight for m in members[r]]
     return Drawn(order, {r: snap.nodes[r] for r in order}, {r: members[r] for r in order if len(members[r]) > 1},
-                 inputs, mult, per_node, total, elided, n_params, used_hops, fold_s, sel_s)
+                 inputs, mult, per_node, total, elided, n_params, used_hops, fold_s, sel_s, fold_cpu, mods)
 
 
 def _cluster_key(module: str | None) -> str | None:
@@ -577,26 +599,6 @@ def _cluster_key(module: str | None) -> str | None:
     if not module:
         return None
     return module.rsplit(".", 1)[0] if "." in module else module
-
-
-def _connected(inputs: dict[str, list[str]], names: list[str]) -> bool:
-    """Whether ``names`` form one weakly connected piece using only edges among
-    themselves. A module whose nodes a fusion scattered over the graph is not boxed: its
-    box would stretch across the fused nodes and overlap the others."""
-    members = set(names)
-    adj: dict[str, set[str]] = {n: set() for n in names}
-    for n in names:
-        for i in inputs.get(n, ()):
-            if i in members:
-                adj[n].add(i)
-                adj[i].add(n)
-    seen, todo = {names[0]}, [names[0]]
-    while todo:
-        for m in adj[todo.pop()]:
-            if m not in seen:
-                seen.add(m)
-                todo.append(m)
-    return len(seen) == len(members)
 
 
 def _clusters(d: Drawn) -> dict[str, list[str]]:
@@ -614,28 +616,30 @@ def _clusters(d: Drawn) -> dict[str, list[str]]:
 # --------------------------------------------------------------------------- DOT
 
 
-def _graph(title: str) -> graphviz.Digraph:
+def _graph(title: str, palette: Palette = STANDARD) -> graphviz.Digraph:
     g = graphviz.Digraph(name="G")
     g.attr(rankdir="TB", newrank="true", fontname="Helvetica", fontsize="12", nodesep="0.25", ranksep="0.35",
            label=_esc(title), labelloc="t", labeljust="l")
     g.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize="10", margin="0.08,0.03",
-           height="0.3", color="#777777", fillcolor=PLAIN_FILL, penwidth="1")
-    g.attr("edge", color="#666666", arrowsize="0.6", penwidth="0.8")
+           height="0.3", color=palette.border, fillcolor=PLAIN_FILL, penwidth="1")
+    g.attr("edge", color=palette.edge, arrowsize="0.6", penwidth="0.8")
     return g
 
 
 def emit(d: Drawn, marks: Marks, title: str = "", clusters: bool = True, legend_in_graph: bool = True,
          layout: Layout | None = None, changes: dict[str, list] | None = None, ghosts: bool = False,
-         provenance: list[tuple[str, str]] = ()) -> tuple[graphviz.Digraph, list[LegendEntry], list[str]]:
+         provenance: list[tuple[str, str]] = (), palette: Palette = STANDARD
+         ) -> tuple[graphviz.Digraph, list[LegendEntry], list[str]]:
     """The DOT graph of ``d`` with ``marks``; returns (graph, legend rows, notes).
 
     ``layout``: pin every node (and edge spline) to it, for ``neato -n2`` (the legend and
     note nodes are then left to the viewer). ``changes``: constant arguments changed in
     place per node (:func:`arg_changes`), drawn struck through / new. ``ghosts``: draw
     erased nodes faded (the diff view). ``provenance``: (old, new) pairs drawn as dashed
-    purple arrows from a replaced node to its replacement."""
+    purple arrows from a replaced node to its replacement. ``palette``: the marks' colours
+    (:mod:`viz.palette`)."""
     changes = changes or {}
-    g = _graph(title)
+    g = _graph(title, palette)
     boxes = _clusters(d) if clusters else {}
     if layout is not None:
         boxes = {k: v for k, v in boxes.items() if k in layout.clusters}
@@ -647,10 +651,10 @@ def emit(d: Drawn, marks: Marks, title: str = "", clusters: bool = True, legend_
             if layout is not None:
                 c.attr(bb=layout.clusters[key])
             for n in names:
-                _add_node(c, d, n, marks, layout, changes.get(n), ghosts)
+                _add_node(c, d, n, marks, layout, changes.get(n), ghosts, palette)
     for n in d.order:
         if n not in in_box:
-            _add_node(g, d, n, marks, layout, changes.get(n), ghosts)
+            _add_node(g, d, n, marks, layout, changes.get(n), ghosts, palette)
     for (src, dst), k in d.edge_mult.items():
         attrs = {}
         if k > 1:
@@ -661,21 +665,24 @@ def emit(d: Drawn, marks: Marks, title: str = "", clusters: bool = True, legend_
                 continue
             if pos is not None:
                 attrs["pos"] = pos
-        g.edge(src, dst, **attrs)
+        _edge(g, src, dst, attrs)
     for old, new in provenance:
         if layout is None or (old in layout.nodes and new in layout.nodes):
-            g.edge(old, new, color=PROVENANCE_COLOUR, style="dashed", penwidth="1.5", constraint="false",
-                   arrowhead="vee", tooltip=f"{old} replaced by {new}")
+            _edge(g, old, new, {"color": palette.provenance, "style": "dashed", "penwidth": "1.5", "constraint": "false",
+                                "arrowhead": "vee", "tooltip": f"{old} replaced by {new}"})
     shown = {m for n in d.order for m in d.members.get(n, [n])}
-    legend = legend_entries(marks, shown)
+    legend = legend_entries(marks, shown, palette)
     if ghosts and any(n in marks.erased for n in d.order):
-        legend = [e if not e.text.startswith("erased") else replace(e, fill=GHOST_FILL) for e in legend]
+        legend = [e if not e.text.startswith("erased") else replace(e, fill=palette.ghost_fill) for e in legend]
     if provenance:
-        legend.append(LegendEntry("#ffffff", PROVENANCE_COLOUR, f"replaced by (dashed arrow, {len(provenance)})",
+        legend.append(LegendEntry("#ffffff", palette.provenance, f"replaced by (dashed arrow, {len(provenance)})",
                                   dashed=True))
     if changes:
-        legend.append(LegendEntry("#ffffff", CHANGED_OLD, f"arguments changed in place ({len(changes)}): "
+        legend.append(LegendEntry("#ffffff", palette.changed_old, f"arguments changed in place ({len(changes)}): "
                                                          "old struck through, new in green"))
+    if d.modules:
+        legend.append(LegendEntry(palette.module_fill, palette.module_border, f"folded module ({len(d.modules)}; "
+                                  "its node count inside)"))
     notes = []
     if d.folded_params:
         notes.append(f"{d.folded_params} parameter placeholders folded into their users")
@@ -699,77 +706,133 @@ def emit(d: Drawn, marks: Marks, title: str = "", clusters: bool = True, legend_
     return g, legend, notes
 
 
-def _add_node(g: graphviz.Digraph, d: Drawn, n: str, marks: Marks, layout: Layout | None,
-              changes: list | None, ghosts: bool) -> None:
-    rec = d.recs[n]
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|-?(?:\.\d+|\d+(?:\.\d*)?)")
+_KEYWORDS = {"node", "edge", "graph", "digraph", "subgraph", "strict"}
+
+
+def _value(v: str) -> str:
+    """A DOT attribute value: bare when it is an ID or a number, else double-quoted. Text
+    values went through :func:`_esc` (every backslash doubled), so no quote in them is
+    escaped already; each is escaped here."""
+    if _BARE.fullmatch(v) and v.lower() not in _KEYWORDS:
+        return v
+    return '"' + v.replace('"', '\\"') + '"'
+
+
+def _id(name: str) -> str:
+    """A node id for DOT (``mod:<path>`` is quoted whole: its colon is no port)."""
+    return _value(name)
+
+
+def _attr_text(attrs: dict) -> str:
+    """DOT attributes (an HTML-like ``<...>`` label as it is) as ``k=v`` pairs."""
+    return " ".join(f"{k}={v}" if k == "label" and v[:1] == "<" and v[-1:] == ">" else f"{k}={_value(v)}"
+                    for k, v in attrs.items())
+
+
+def _edge(g: graphviz.Digraph, src: str, dst: str, attrs: dict) -> None:
+    g.body.append(f"\t{_id(src)} -> {_id(dst)} [{_attr_text(attrs)}]\n" if attrs else f"\t{_id(src)} -> {_id(dst)}\n")
+
+
+#: per-record memo of node statements, keyed by the record's identity and how it is drawn: a
+#: step draws the same records in its union layout and three views, the next step mostly
+#: the same records again (a Trace shares unchanged NodeRecords between its graphs)
+_STMTS: dict[tuple, tuple[NodeRecord, str]] = {}
+_STMTS_MAX = 100_000
+
+
+def _node_text(rec: NodeRecord, marks: Marks, params: int, members: list[str] | None, changes: list | None,
+               ghosts: bool, palette: Palette) -> str:
+    key = (id(rec), params, tuple(members) if members else None, tuple(changes) if changes else None, ghosts,
+           _mark_key(marks, rec.name), palette.name)
+    hit = _STMTS.get(key)
+    if hit is not None and hit[0] is rec:
+        return hit[1]
     try:
-        attrs = _node_attrs(rec, marks, d.params.get(n, 0), d.members.get(n), changes, ghosts)
+        text = _attr_text(_node_attrs(rec, marks, params, members, changes, ghosts, palette))
     except Exception as e:  # noqa: BLE001 - a node that cannot be labelled is drawn with the reason, not a traceback
-        attrs = {"label": _esc(n) + "\\n" + _esc(f"cannot label this node: {type(e).__name__}: {e}"), "color": ERASED_BORDER,
-                 "fontcolor": ERASED_BORDER}
+        text = _attr_text({"label": _esc(rec.name) + "\\n" + _esc(f"cannot label this node: {type(e).__name__}: {e}"),
+                           "color": palette.erased_border, "fontcolor": palette.erased_border})
+    if len(_STMTS) > _STMTS_MAX:
+        _STMTS.clear()
+    _STMTS[key] = (rec, text)  # holding the record keeps its id from being reused while cached
+    return text
+
+
+def _add_node(g: graphviz.Digraph, d: Drawn, n: str, marks: Marks, layout: Layout | None,
+              changes: list | None, ghosts: bool, palette: Palette = STANDARD) -> None:
+    text = _node_text(d.recs[n], marks, d.params.get(n, 0), d.members.get(n), changes, ghosts, palette)
     if layout is not None:
         pos = layout.nodes.get(n)
         if pos is None:
             return
         x, y, w, h = pos
-        attrs.update(pos=f"{x:.2f},{y:.2f}!", width=f"{w:.3f}", height=f"{h:.3f}", fixedsize="true")
-    g.node(n, **attrs)
+        text += f' pos="{x:.2f},{y:.2f}!" width={w:.3f} height={h:.3f} fixedsize=true'
+    g.body.append(f"\t{_id(n)} [{text}]\n")
 
 
 def _node_attrs(rec: NodeRecord, marks: Marks, params: int, members: list[str] | None, changes: list | None,
-                ghosts: bool) -> dict:
+                ghosts: bool, palette: Palette = STANDARD) -> dict:
     count = len(members) if members else 1
     if changes:
-        attrs = {"label": _html_label(label_lines(rec, params, count), changes)}
+        attrs = {"label": _html_label(label_lines(rec, params, count), changes, palette)}
     else:
         attrs = {"label": node_label(rec, params, count)}
     attrs["tooltip"] = node_tooltip(rec, members)
     if count > 1:
         attrs["peripheries"] = "2"
+    if rec.op == MODULE_OP:
+        attrs.update({"shape": "folder", "style": "filled", "fillcolor": palette.module_fill,
+                      "color": palette.module_border, "class": "lens-module"})
     if rec.op in ("placeholder", "output", "get_attr"):
         attrs["fillcolor"] = INPUT_FILL
         if is_param(rec):
             attrs["fontcolor"] = "#555555"
+    groups = palette.groups
     if rec.name in marks.groups:
-        attrs["fillcolor"] = GROUP_COLOURS[marks.groups[rec.name] % len(GROUP_COLOURS)]
+        attrs["fillcolor"] = groups[marks.groups[rec.name] % len(groups)]
         attrs["penwidth"] = "1.5"
         attrs["color"] = "#333333"
     if rec.name in marks.created:
-        attrs.update(color=CREATED_BORDER, penwidth="2.5")
+        attrs.update(color=palette.created_border, penwidth="2.5")
         if rec.name not in marks.groups:
-            attrs["fillcolor"] = CREATED_FILL
+            attrs["fillcolor"] = palette.created_fill
     if rec.name in marks.rewired and rec.name not in marks.created:
-        attrs.update(color=REWIRED_BORDER, penwidth="2")
+        attrs.update(color=palette.rewired_border, penwidth="2")
     if changes:
-        attrs.update(color=CHANGED_OLD, penwidth="2")
+        attrs.update(color=palette.changed_old, penwidth="2")
     if rec.name in marks.erased:
-        attrs.update(color=ERASED_BORDER, penwidth="2", style="rounded,filled,dashed")
+        attrs.update(color=palette.erased_border, penwidth="2", style="rounded,filled,dashed")
         if ghosts:
-            attrs.update(fillcolor=GHOST_FILL, fontcolor=GHOST_TEXT)
+            attrs.update(fillcolor=palette.ghost_fill, fontcolor=palette.ghost_text)
         elif rec.name not in marks.groups:  # red text on a group fill would be hard to read
-            attrs["fontcolor"] = ERASED_BORDER
+            attrs["fontcolor"] = palette.erased_border
     return attrs
 
 
 def graph_view(snap: GraphSnapshot, marks: Marks | None = None, title: str = "", hops: int = HOPS,
                max_nodes: int = MAX_NODES, full: bool = False, fold_params: bool = True,
                clusters: bool = True, legend_in_graph: bool = True, fold: bool | None = None,
-               users: dict | None = None, n_params: int | None = None, modules: bool = False) -> GraphView:
+               users: dict | None = None, n_params: int | None = None, modules: bool | None = None,
+               unfolded=frozenset(), palette: Palette = STANDARD) -> GraphView:
     """Build the DOT view of ``snap`` with ``marks`` highlighted.
 
     What is drawn is :func:`drawn_graph` (parameter folding, parallel-copy folding, the
     ``hops``-hop cut with a note "… N nodes not shown"). ``clusters`` draws a dashed box
     per module (see :func:`_cluster_key`) when the drawn nodes come from more than one
-    module; ``modules`` collapses unmarked modules into one node each
-    (:func:`collapse_modules`). ``legend_in_graph`` False leaves the legend node out of the drawing (for a
+    module; ``modules`` folds modules without marked nodes into one node each
+    (:func:`collapse_modules`; None: above :data:`MODULES_ABOVE` drawable nodes), except
+    those named in ``unfolded``. ``legend_in_graph`` False leaves the legend node out of the drawing (for a
     viewer that shows ``GraphView.legend`` itself); the returned legend and notes are the
-    same either way.
+    same either way. ``palette``: the marks' colours (:mod:`viz.palette`).
     """
     marks = marks or Marks()
     t0 = time.perf_counter()
-    d = drawn_graph(snap, marks, hops, max_nodes, full, fold_params, fold, users, n_params, modules)
-    g, legend, notes = emit(d, marks, title, clusters, legend_in_graph)
-    return _view(g, title, d, marks, legend, notes, time.perf_counter() - t0)
+    d = drawn_graph(snap, marks, hops, max_nodes, full, fold_params, fold, users, n_params, modules, unfolded)
+    g, legend, notes = emit(d, marks, title, clusters, legend_in_graph, palette=palette)
+    view = _view(g, title, d, marks, legend, notes, time.perf_counter() - t0)
+    view.palette = palette
+    return view
 
 
 def _view(g, title: str, d: Drawn, marks: Marks, legend, notes, seconds: float, pinned: bool = False) -> GraphView:
@@ -778,23 +841,25 @@ def _view(g, title: str, d: Drawn, marks: Marks, legend, notes, seconds: float, 
     focus = [n for n in d.order if n in primary] or [n for n in d.order if n in marked]
     return GraphView(g, title, d.total, len(d.order), d.elided, d.folded_params, d.hops, focus, legend, notes,
                      drawn=d, pinned=pinned, parallel=sum(len(v) for v in d.members.values()), fold_s=d.fold_s,
-                     build_s=max(0.0, seconds - d.fold_s), marks=marks)
+                     build_s=max(0.0, seconds - d.fold_s), marks=marks, modules=list(d.modules))
 
 
-def legend_entries(marks: Marks, shown: set[str]) -> list[LegendEntry]:
+def legend_entries(marks: Marks, shown: set[str], palette: Palette = STANDARD) -> list[LegendEntry]:
     """The legend rows for the marks that are present among the ``shown`` nodes."""
     rows = []
+    groups = palette.groups
     for i in sorted({i for n, i in marks.groups.items() if n in shown}):
         label = marks.group_labels[i] if i < len(marks.group_labels) else f"group {i + 1}"
-        rows.append(LegendEntry(GROUP_COLOURS[i % len(GROUP_COLOURS)], "#333333", f"pattern site: {label}"))
+        rows.append(LegendEntry(groups[i % len(groups)], "#333333", f"pattern site: {label}"))
     if marks.created & shown:
-        fill = CREATED_FILL if not (marks.created & set(marks.groups)) else "#ffffff"
-        rows.append(LegendEntry(fill, CREATED_BORDER, f"created ({len(marks.created & shown)})"))
+        fill = palette.created_fill if not (marks.created & set(marks.groups)) else "#ffffff"
+        rows.append(LegendEntry(fill, palette.created_border, f"created ({len(marks.created & shown)})"))
     if marks.erased & shown:
-        rows.append(LegendEntry("#ffffff", ERASED_BORDER, f"erased ({len(marks.erased & shown)})", dashed=True))
+        rows.append(LegendEntry("#ffffff", palette.erased_border, f"erased ({len(marks.erased & shown)})",
+                                dashed=True))
     rewired = (marks.rewired - marks.created) & shown
     if rewired:
-        rows.append(LegendEntry("#ffffff", REWIRED_BORDER, f"inputs rewired ({len(rewired)})"))
+        rows.append(LegendEntry("#ffffff", palette.rewired_border, f"inputs rewired ({len(rewired)})"))
     return rows
 
 
@@ -904,11 +969,26 @@ class StepPicture:
     changes: dict[str, list[tuple[str, str, str]]]
     #: seconds per phase: ``rebuild_s`` (the trace's before/after graphs), ``index_s`` (moving
     #: the users index along), ``fold_s``, ``dot_build_s`` (selection, labels, DOT of the
-    #: union and the three views), ``layout_s`` (0 when a trace-wide layout was reused)
+    #: union and the three views; ``dot_build_cpu_s``: the same in this process's CPU seconds,
+    #: which a busy machine does not inflate), ``layout_s`` (0 when a trace-wide layout was reused)
     timings: dict[str, float] = field(default_factory=dict)
 
     def views(self) -> dict[str, GraphView]:
         return {"before": self.before, "after": self.after, "diff": self.diff}
+
+
+class _Timer:
+    """Wall-clock and CPU seconds (this process) of the blocks run under it."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+
+    def __enter__(self):
+        self._w, self._c = time.perf_counter(), time.process_time()
+
+    def __exit__(self, *exc):
+        self.wall += time.perf_counter() - self._w
+        self.cpu += time.process_time() - self._c
 
 
 def _union(a: Drawn, b: Drawn) -> Drawn:
@@ -921,7 +1001,8 @@ def _union(a: Drawn, b: Drawn) -> Drawn:
         mult[e] = max(k, mult.get(e, 0))
     params = {n: max(a.params.get(n, 0), b.params.get(n, 0)) for n in order}
     return Drawn(order, recs, members, inputs, mult, params, max(a.total, b.total), min(a.elided, b.elided),
-                 max(a.folded_params, b.folded_params), a.hops, a.fold_s + b.fold_s)
+                 max(a.folded_params, b.folded_params), a.hops, a.fold_s + b.fold_s,
+                 modules=list(dict.fromkeys(a.modules + b.modules)))
 
 
 def _label_size(label: str) -> tuple[float, float]:
@@ -934,9 +1015,13 @@ def _label_size(label: str) -> tuple[float, float]:
 def _sizes(d: Drawn, changes: dict) -> dict[str, tuple[float, float]]:
     out = {}
     for n in d.order:
-        lines = label_lines(d.recs[n], d.params.get(n, 0), d.count(n))
-        lines += [f"{w}: {o} {nw}" for w, o, nw in changes.get(n, [])]
-        out[n] = _label_size("\n".join(lines))
+        rec, params, count, ch = d.recs[n], d.params.get(n, 0), d.count(n), changes.get(n, [])
+        key = ("size", id(rec), params, count, tuple(ch))
+        hit = _STMTS.get(key)
+        if hit is None or hit[0] is not rec:
+            lines = label_lines(rec, params, count) + [f"{w}: {o} {nw}" for w, o, nw in ch]
+            hit = _STMTS[key] = (rec, _label_size("\n".join(lines)))
+        out[n] = hit[1]
     return out
 
 
@@ -1009,17 +1094,22 @@ def _step_changes(step: Step, before: GraphSnapshot, after: GraphSnapshot, da: D
 
 def step_picture(trace: Trace, index: int, hops: int = HOPS, max_nodes: int = MAX_NODES, full: bool = False,
                  fold_params: bool = True, fold: bool | None = None, clusters: bool = True,
-                 budget_s: float = LAYOUT_BUDGET_S, layout: Layout | None = None, modules: bool = False) -> StepPicture:
+                 budget_s: float = LAYOUT_BUDGET_S, layout: Layout | None = None, modules: bool | None = None,
+                 unfolded=frozenset(), palette: Palette = STANDARD) -> StepPicture:
     """Step ``index``'s before, after and diff views on one shared layout.
 
     Each side draws what :func:`drawn_graph` selects for it (same options; folding is on
     for both when either side has more than :data:`FOLD_ABOVE` drawable nodes).
     ``layout``: a :func:`trace_layout` to draw on (used when it places every node drawn
-    here). ``modules``: collapse modules the step did not touch (:func:`collapse_modules`). Otherwise their union is laid out once with :func:`viz.layout.bounded_layout` (``budget_s`` seconds of
+    here). ``modules``: fold modules the step did not touch (:func:`collapse_modules`; a
+    module holding a node marked on either side stays open on both), except those named in
+    ``unfolded``; None: when either side has more than :data:`MODULES_ABOVE` drawable
+    nodes. Otherwise their union is laid out once with :func:`viz.layout.bounded_layout` (``budget_s`` seconds of
     ``dot``, else the layered fallback); the diff view draws the union: erased nodes
     ghosted, created nodes marked, a dashed arrow from each replaced node to its
     replacement (``Step.replaced``, provenance), and changed arguments struck through /
-    new. Raises IndexError for a step the trace does not have, RenderError when Graphviz
+    new. ``palette``: the marks' colours (:data:`viz.palette.PRESENTATION` for presentation
+    mode). Raises IndexError for a step the trace does not have, RenderError when Graphviz
     is missing or fails."""
     step = trace.step(index)
     clock = time.perf_counter
@@ -1027,48 +1117,53 @@ def step_picture(trace: Trace, index: int, hops: int = HOPS, max_nodes: int = MA
     before, after = trace.before(index), trace.after(index)
     rebuild_s = clock() - t
     mb, ma = step_marks(step, "before"), step_marks(step, "after")
-    t = clock()
-    ib = _index(trace, index - 1, before)  # the running index moves on to the after side below: use it first
-    index_s = clock() - t
-    if fold is None:
-        n_params = len(before) - _drawable(before, ib[1], fold_params)
-        fold = max(len(before), len(after)) - n_params > FOLD_ABOVE
-    t0 = clock()
-    db = drawn_graph(before, mb, hops, max_nodes, full, fold_params, fold, *ib, modules=modules)
-    t = clock()
-    ia = _index(trace, index, after)
-    index_s += clock() - t
-    da = drawn_graph(after, ma, hops, max_nodes, full, fold_params, fold, *ia, modules=modules)
-    changes = _step_changes(step, before, after, da)
-    du = _union(db, da)
-    md = Marks(groups=dict(mb.groups), group_labels=list(mb.group_labels), erased=set(mb.erased),
-               created=set(ma.created), rewired=set(ma.rewired))
-    rb, ra = _rep_map(db), _rep_map(da)
-    prov = list(dict.fromkeys((rb.get(o, o), ra.get(n, n)) for o, n in step.replaced.items()
-                              if rb.get(o, o) in du.recs and ra.get(n, n) in du.recs and rb.get(o, o) != ra.get(n, n)))
-    build_s = clock() - t0 - index_s
+    build, moving = _Timer(), _Timer()
+    with moving:
+        ib = _index(trace, index - 1, before)  # the running index moves on to the after side below: use it first
+    if fold is None or modules is None:
+        drawable = max(len(before), len(after)) - (len(before) - _drawable(before, ib[1], fold_params))
+        fold = drawable > FOLD_ABOVE if fold is None else fold
+        modules = drawable > MODULES_ABOVE if modules is None else modules
+    touched = mb.names() | ma.names()
+    with build:
+        db = drawn_graph(before, mb, hops, max_nodes, full, fold_params, fold, *ib, modules=modules,
+                         unfolded=unfolded, keep_open=touched)
+    with moving:
+        ia = _index(trace, index, after)
+    with build:
+        da = drawn_graph(after, ma, hops, max_nodes, full, fold_params, fold, *ia, modules=modules,
+                         unfolded=unfolded, keep_open=touched)
+        changes = _step_changes(step, before, after, da)
+        du = _union(db, da)
+        md = Marks(groups=dict(mb.groups), group_labels=list(mb.group_labels), erased=set(mb.erased),
+                   created=set(ma.created), rewired=set(ma.rewired))
+        rb, ra = _rep_map(db), _rep_map(da)
+        prov = list(dict.fromkeys((rb.get(o, o), ra.get(n, n)) for o, n in step.replaced.items()
+                                  if rb.get(o, o) in du.recs and ra.get(n, n) in du.recs
+                                  and rb.get(o, o) != ra.get(n, n)))
     layout_s = 0.0
     if layout is None or any(n not in layout.nodes for n in du.order):
-        t = clock()
-        g, _, _ = emit(du, md, "", clusters, legend_in_graph=False, changes=changes)
-        build_s += clock() - t
-        layout = bounded_layout(g.source, du.order, du.inputs, _sizes(du, changes), budget_s)
+        with build:
+            g, _, _ = emit(du, md, "", clusters, legend_in_graph=False, changes=changes)
+            sizes = _sizes(du, changes)
+        layout = bounded_layout(g.source, du.order, du.inputs, sizes, budget_s)
         layout_s = layout.seconds
-    t1 = clock()
     views = {}
-    for side, d, m, kw in (("before", db, mb, {}), ("after", da, ma, {"changes": changes}),
-                           ("diff", du, md, {"changes": changes, "ghosts": True, "provenance": prov})):
-        gs, legend, notes = emit(d, m, "", clusters, legend_in_graph=False, layout=layout, **kw)
-        if layout.note:
-            notes.append(layout.note)
-        views[side] = _view(gs, f"{side} step {index}: {step.pattern} ({step.pass_name})", d, m, legend, notes,
-                            0.0, pinned=True)
-    build_s += clock() - t1
-    fold_s = db.fold_s + da.fold_s
+    with build:
+        for side, d, m, kw in (("before", db, mb, {}), ("after", da, ma, {"changes": changes}),
+                               ("diff", du, md, {"changes": changes, "ghosts": True, "provenance": prov})):
+            gs, legend, notes = emit(d, m, "", clusters, legend_in_graph=False, layout=layout, palette=palette, **kw)
+            if layout.note:
+                notes.append(layout.note)
+            views[side] = _view(gs, f"{side} step {index}: {step.pattern} ({step.pass_name})", d, m, legend, notes,
+                                0.0, pinned=True)
+            views[side].palette = palette
+    fold_s, fold_cpu = db.fold_s + da.fold_s, db.fold_cpu_s + da.fold_cpu_s
     for v in views.values():
-        v.build_s = max(0.0, build_s - fold_s) / 3
-    timings = {"rebuild_s": rebuild_s, "index_s": index_s, "fold_s": fold_s,
-               "dot_build_s": max(0.0, build_s - fold_s), "layout_s": layout_s}
+        v.build_s = max(0.0, build.wall - fold_s) / 3
+    timings = {"rebuild_s": rebuild_s, "index_s": moving.wall, "fold_s": fold_s,
+               "dot_build_s": max(0.0, build.wall - fold_s), "dot_build_cpu_s": max(0.0, build.cpu - fold_cpu),
+               "layout_s": layout_s}
     return StepPicture(index, views["before"], views["after"], views["diff"], layout, changes, timings)
 
 
@@ -1107,7 +1202,7 @@ def render_view(view: GraphView | graphviz.Digraph | str, budget_s: float = LAYO
         marks_note = f"Graphviz dot did not lay out {n:,} nodes within {wait:g} s"
         layout = layered_layout(d.order, d.inputs, _sizes(d, {}), note=marks_note + "; drawn with a simple layered "
                                 "layout instead (ranks by longest path, straight edges)")
-        g, _, _ = emit(d, view.marks or Marks(), "", True, legend_in_graph=False, layout=layout)
+        g, _, _ = emit(d, view.marks or Marks(), "", True, legend_in_graph=False, layout=layout, palette=view.palette)
         return Rendered(draw_pinned(g.source, timeout_s), layout.note, time.perf_counter() - t0)
     except FileNotFoundError as e:
         raise RenderError("Graphviz `dot` is not installed (apt-get install graphviz)") from e

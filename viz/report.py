@@ -5,7 +5,8 @@ One self-contained file that works offline: a summary, a node-count chart and a
 per-step time chart (inline SVG, each point a link to its step), optional timing of the
 passes, and one section per step — its facts and verification and its before | after and
 diff pictures on one layout (:func:`viz.graph.step_picture`) in the pan/zoom viewer.
-One step is shown at a time; the left and right arrow keys move between steps.
+One step is shown at a time; the left and right arrow keys move between steps, and moving
+animates the change (nodes that moved slide, created ones fade in, erased ones fade out).
 
 Size: the viewer's script and style are included once; each drawing is stored once, gzip-
 compressed and base64-encoded, and unpacked by the browser (``DecompressionStream``)
@@ -64,15 +65,19 @@ async function show(i){
   for (const which of ['pair', 'diff']) {
     const box = sec.querySelector('.viewer.' + which);
     box.hidden = which !== mode;
-    if (box.hidden || box.dataset.done) continue;
-    const panes = box.querySelectorAll('.pane');
-    const names = which === 'pair' ? ['before', 'after'] : ['diff'];
-    for (let j = 0; j < names.length; j++) {
-      const text = data[names[j]] ? await unpack(data[names[j]]) : '';
-      panes[j].insertAdjacentHTML('beforeend', text);
+    if (box.hidden) continue;
+    if (!box.dataset.done) {
+      const panes = box.querySelectorAll('.pane');
+      const names = which === 'pair' ? ['before', 'after'] : ['diff'];
+      for (let j = 0; j < names.length; j++) {
+        const text = data[names[j]] ? await unpack(data[names[j]]) : '';
+        panes[j].insertAdjacentHTML('beforeend', text);
+      }
+      box.dataset.done = '1';
+      lensMount(box.querySelector('.lens'), JSON.parse(sec.dataset.focus), 1.0);
     }
-    box.dataset.done = '1';
-    lensMount(box.querySelector('.lens'), JSON.parse(sec.dataset.focus), 1.0);
+    // from the step shown before: what moved slides, what is new fades in, what is gone fades out
+    lensAnimatePanes(box.querySelector('.lens'), 'lens:report:' + document.title + ':' + which);
   }
 }
 document.getElementById('prev').onclick = () => show(cur - 1);

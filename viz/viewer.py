@@ -16,6 +16,11 @@ import html
 import json
 import re
 
+#: transitions between steps: their length (ms), and the most nodes a pane may have to get one
+#: (the views' default cut; a bigger "whole graph" drawing changes without animation)
+ANIMATE_MS = 300
+ANIMATE_MAX = 300
+
 VIEWER_CSS = """
 .lens{display:flex;flex-direction:column;height:100%;font-family:Helvetica,Arial,sans-serif}
 .lens .top{display:flex;align-items:flex-start;gap:8px;padding:3px 4px;font-size:12px;color:#333;flex:none}
@@ -35,7 +40,77 @@ VIEWER_CSS = """
 """
 
 VIEWER_JS = """
-function lensMount(root, focusNames, scale){
+const LENS_ANIMATE_MAX = %(max)d, LENS_ANIMATE_MS = %(ms)d, LENS_MEMORY = {};
+function lensRemember(key, value){
+  LENS_MEMORY[key] = value;
+  try { sessionStorage.setItem(key, JSON.stringify(value)); } catch (e) {}  // full, or none on file://
+}
+function lensRecall(key){
+  if (key in LENS_MEMORY) return LENS_MEMORY[key];
+  try { const t = sessionStorage.getItem(key); return t ? JSON.parse(t) : null; } catch (e) { return null; }
+}
+function lensNodes(svg){  // node title -> centre in the svg's user space, and its drawing
+  const g0 = svg.querySelector('g.graph'), t = g0 && g0.transform.baseVal.consolidate();
+  const m = t ? t.matrix : {a: 1, d: 1, e: 0, f: 0}, nodes = {};
+  const all = svg.querySelectorAll('g.node');
+  if (all.length > LENS_ANIMATE_MAX) return {big: true};
+  all.forEach(function(g){
+    const title = g.querySelector('title'); if (!title) return;
+    const b = g.getBBox();
+    nodes[title.textContent] = {x: m.a * (b.x + b.width / 2) + m.e, y: m.d * (b.y + b.height / 2) + m.f, html: g.outerHTML};
+  });
+  return {m: {a: m.a, d: m.d, e: m.e, f: m.f}, nodes: nodes};
+}
+function lensAnimate(svg, key){
+  // Move from the drawing last shown under `key` to this one: nodes that moved slide from
+  // their old place, new ones fade in, gone ones fade out where they were; edges at moved or
+  // new nodes fade in. Skipped above LENS_ANIMATE_MAX nodes and under prefers-reduced-motion.
+  const now = lensNodes(svg), prev = lensRecall(key), out = {moved: [], created: [], erased: [], skipped: ''};
+  lensRemember(key, now);
+  if (!prev) { out.skipped = 'first'; return out; }
+  if (now.big || prev.big) { out.skipped = 'too many nodes'; return out; }
+  if (window.matchMedia && window.matchMedia('(prefers-reduced-motion: reduce)').matches) { out.skipped = 'reduced motion'; return out; }
+  const g0 = svg.querySelector('g.graph'), opts = {duration: LENS_ANIMATE_MS, easing: 'ease-out'};
+  svg.querySelectorAll('g.node').forEach(function(g){
+    const title = g.querySelector('title'); if (!title) return;
+    const name = title.textContent, a = prev.nodes[name], b = now.nodes[name];
+    if (!a) { out.created.push(name); g.animate([{opacity: 0}, {opacity: 1}], opts); return; }
+    const dx = (a.x - b.x) / now.m.a, dy = (a.y - b.y) / now.m.d;
+    if (Math.abs(dx) + Math.abs(dy) < 0.5) return;
+    out.moved.push(name);
+    g.animate([{transform: 'translate(' + dx + 'px,' + dy + 'px)'}, {transform: 'translate(0px,0px)'}], opts);
+  });
+  const changed = new Set(out.moved.concat(out.created));
+  svg.querySelectorAll('g.edge').forEach(function(e){
+    const t = e.querySelector('title');
+    if (t && t.textContent.split('->').some(n => changed.has(n))) e.animate([{opacity: 0}, {opacity: 0}, {opacity: 1}], opts);
+  });
+  Object.keys(prev.nodes).forEach(function(name){
+    if (name in now.nodes || !g0) return;
+    out.erased.push(name);
+    const ghost = document.createElementNS('http://www.w3.org/2000/svg', 'g');
+    ghost.setAttribute('class', 'lens-leaving');
+    ghost.setAttribute('transform', 'translate(' + (prev.m.e - now.m.e) / now.m.a + ' ' + (prev.m.f - now.m.f) / now.m.d + ')');
+    ghost.innerHTML = prev.nodes[name].html;
+    g0.appendChild(ghost);
+    ghost.animate([{opacity: 1}, {opacity: 0}], opts).onfinish = () => ghost.remove();
+  });
+  return out;
+}
+function lensAnimatePanes(root, key){
+  // animate each pane from the drawing last shown under key:<pane index>; the counts go to data-anim
+  const panes = Array.from(root.querySelectorAll('.pane svg'));
+  const res = panes.map((s, i) => lensAnimate(s, key + ':' + i));
+  root.dataset.anim = JSON.stringify(res.map(r => ({moved: r.moved.length, created: r.created.length,
+                                                    erased: r.erased.length, skipped: r.skipped})));
+}
+if (window.parent !== window) {  // in the app's iframe: the arrow keys go to the page's Previous/Next
+  document.addEventListener('keydown', function(e){
+    if (e.key !== 'ArrowLeft' && e.key !== 'ArrowRight') return;
+    try { if (window.parent.lensStepKeys && window.parent.lensStepKeys(e.key)) e.preventDefault(); } catch (err) {}
+  });
+}
+function lensMount(root, focusNames, scale, animKey){
   const FOCUS = new Set(focusNames), SCALE = scale || 1;
   const panes = Array.from(root.querySelectorAll('.pane')), svgs = panes.map(p => p.querySelector('svg')).filter(Boolean);
   if (!svgs.length) return;
@@ -91,8 +166,9 @@ function lensMount(root, focusNames, scale){
   on('.fs', fitFocus); on('.fa', function(){ fit(ALL, 8, 1e9, 0); });
   on('.zi', function(){ zoom(1 / 1.3); }); on('.zo', function(){ zoom(1.3); });
   fitFocus();
+  if (animKey) lensAnimatePanes(root, animKey);
 }
-"""
+""" % {"max": ANIMATE_MAX, "ms": ANIMATE_MS}
 
 _BUTTONS = ('<button class="fs" title="Zoom to the nodes the step matched and created">fit step</button>'
             '<button class="fa" title="Fit the whole drawing">fit all</button>'
@@ -128,7 +204,7 @@ def viewer_block(panes: list[tuple[str, str]], legend=(), notes=(), stacked: boo
 
 
 def panes_html(panes: list[tuple[str, str]], focus=(), legend=(), notes=(), stacked: bool = False,
-               text_scale: float = 1.0) -> str:
+               text_scale: float = 1.0, animate_key: str | None = None) -> str:
     """One page of several drawings of one layout, zoomed and panned together.
 
     ``panes``: (title, SVG) pairs, e.g. [("Before", svg1), ("After", svg2)] or
@@ -136,11 +212,15 @@ def panes_html(panes: list[tuple[str, str]], focus=(), legend=(), notes=(), stac
     any pane), at most 1.5 × ``text_scale`` screen pixels per point and, for a wide
     focus, at least 1.0 × ``text_scale`` (so labels stay legible; the rest is a pan
     away). ``text_scale`` is the text-size control: 1.0 draws 10 pt labels at 10-15 px;
-    1.7 suits a projector. ``stacked`` puts the panes one above the other."""
+    1.7 suits a projector. ``stacked`` puts the panes one above the other. ``animate_key``
+    names the view (e.g. the model and picture kind): the page remembers each pane's node
+    positions under it (``sessionStorage``, which outlives the app's iframe) and animates
+    from the drawing last shown under the same key (:data:`ANIMATE_MS` ms; skipped above
+    :data:`ANIMATE_MAX` nodes and under ``prefers-reduced-motion``)."""
     return ("<!doctype html><html><head><meta charset='utf-8'><style>html,body{margin:0;height:100%}"
             f"{VIEWER_CSS}</style></head><body>{viewer_block(panes, legend, notes, stacked)}"
             f"<script>{VIEWER_JS}\nlensMount(document.querySelector('.lens'), {json.dumps(list(focus))}, "
-            f"{float(text_scale)!r});</script></body></html>")
+            f"{float(text_scale)!r}, {json.dumps(animate_key and 'lens:' + animate_key)});</script></body></html>")
 
 
 def svg_viewer_html(svg: str, focus: list[str] | tuple[str, ...] = (), legend=(), notes=(),
