@@ -393,12 +393,13 @@ def main() -> None:
     downloads(trace)
 
 
-PAGES = ("Step viewer", "Pattern Lab")
+PAGES = ("Step viewer", "Pattern Lab", "Sweep")
 
 
 def page() -> None:
     """The page chosen at the top of the sidebar: the step viewer (default) or the Pattern Lab."""
-    choice = st.sidebar.segmented_control("Page", PAGES, default=PAGES[0], key="page_choice",
+    choice = st.sidebar.segmented_control("Page", PAGES, default="Sweep" if os.environ.get("OPTIMUS_LENS_SWEEP") else PAGES[0],
+                                          key="page_choice",
                                           label_visibility="collapsed")
     if choice == "Pattern Lab":
         from app import lab
@@ -407,6 +408,10 @@ def page() -> None:
             st.title("Optimus Lens")
             st.caption("Pattern Lab: write a pattern, preview its matches, apply it as a pass.")
         lab.page()
+    elif choice == "Sweep":
+        from app import sweep_view
+
+        sweep_view.page()
     else:
         main()
 
