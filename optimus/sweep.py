@@ -569,16 +569,37 @@ def run_local(tasks: list[RunTask], workers: int, on_row: Callable[[dict], None]
 
 
 def ray_runtime_env(wheel: str | None = None) -> dict:
-    """The Ray runtime environment that brings this package to the workers: a built wheel
-    of Optimus Lens when ``wheel`` is given (Ray installs ``.whl`` files listed in
-    ``py_modules``), else the package folders of this checkout (``optimus``, ``viz``,
-    ``sample_models``)."""
+    """The Ray runtime environment that brings this package to the workers
+    (``py_modules``: folders Ray zips, uploads and puts on the workers' path): the
+    package folders of a built Optimus Lens wheel when ``wheel`` is given (unpacked here;
+    Ray's own ``.whl`` support would ``pip install`` the wheel's dependencies, torch
+    included, on every node), else this checkout's ``optimus``, ``viz`` and
+    ``sample_models``. Either way the workers need the dependencies (torch, and
+    transformers for ``hf:`` models) installed. Raises SweepError for a wheel that is not
+    a readable zip with a package in it."""
     if wheel:
-        return {"py_modules": [os.path.abspath(wheel)]}
+        return {"py_modules": _wheel_packages(wheel)}
     import optimus
 
     root = Path(optimus.__file__).resolve().parent.parent
     return {"py_modules": [str(root / d) for d in ("optimus", "viz", "sample_models") if (root / d).is_dir()]}
+
+
+def _wheel_packages(wheel: str) -> list[str]:
+    import tempfile
+    import zipfile
+
+    dest = Path(tempfile.mkdtemp(prefix="optimus-wheel-"))
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(dest)
+    except (OSError, zipfile.BadZipFile) as e:
+        raise SweepError(f"cannot unpack wheel {wheel}: {e}") from e
+    pkgs = [str(p) for p in sorted(dest.iterdir())
+            if p.is_dir() and not p.name.endswith((".dist-info", ".data")) and (p / "__init__.py").is_file()]
+    if not pkgs:
+        raise SweepError(f"wheel {wheel} holds no Python package")
+    return pkgs
 
 
 def run_ray(tasks: list[RunTask], address: str, on_row: Callable[[dict], None], workers: int = 1,

@@ -215,3 +215,21 @@ def test_cli_exit_status_bad_input_2_a_failed_run_1(factories, tmp_path, capsys)
     assert "1 ok, 1 not ok" in text and "failed" in text and "kills_itself" in text
     assert cli.main(["sweep", "sample:teach_batch_relu", "--out", out, "--quiet"]) == 0
     assert "(1 already done, skipped)" in capsys.readouterr().out
+
+
+def test_a_wheel_reaches_ray_workers_as_its_package_folders(tmp_path):
+    import zipfile
+
+    from optimus.sweep import ray_runtime_env
+
+    whl = tmp_path / "optimus_lens-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("optimus_lens/__init__.py", "")
+        z.writestr("optimus_lens/optimus/__init__.py", "")
+        z.writestr("optimus_lens-0.1.0.dist-info/METADATA", "Name: optimus-lens\n")
+    (mod,) = ray_runtime_env(str(whl))["py_modules"]
+    assert Path(mod).name == "optimus_lens" and (Path(mod) / "optimus" / "__init__.py").is_file()
+    with pytest.raises(SweepError, match="cannot unpack wheel"):
+        ray_runtime_env(str(tmp_path / "missing.whl"))
+    here = ray_runtime_env()["py_modules"]
+    assert [Path(p).name for p in here] == ["optimus", "viz", "sample_models"]
