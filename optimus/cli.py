@@ -563,7 +563,8 @@ def _add_sweep_parser(sub) -> None:
                     help="GiB of address space per run (default 8; 0: no limit)")
     sw.add_argument("--ray", metavar="ADDRESS", help="run as Ray tasks: 'local' starts Ray here, or a cluster "
                     "address ('auto', 'ray://host:10001'); needs pip install 'optimus-lens[sweep]'")
-    sw.add_argument("--ray-wheel", help="ship this Optimus Lens wheel to Ray workers instead of the package folders")
+    sw.add_argument("--ray-wheel", help="ship the packages of this built Optimus Lens wheel to Ray workers instead of "
+                    "this checkout's folders (workers need torch installed)")
     sw.add_argument("--no-reports", action="store_true", help="do not write each run's HTML report")
     sw.add_argument("--retry-failed", action="store_true", help="also re-run the runs whose row is error or failed")
     sw.add_argument("--quiet", action="store_true", help="no progress bar or per-run lines")

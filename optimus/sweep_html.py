@@ -11,8 +11,8 @@ import html
 import json
 from pathlib import Path
 
-COLUMNS = ("model", "config", "status", "nodes before", "nodes after", "Δ nodes", "steps", "steps per pattern",
-           "verify", "max abs err", "first failing step", "rolled back", "speedup", "vs upstream",
+COLUMNS = ("model", "config", "status", "graph breaks", "nodes before", "nodes after", "Δ nodes", "steps",
+           "steps per pattern", "verify", "max abs err", "first failing step", "rolled back", "speedup", "vs upstream",
            "upstream nodes after", "only ours / only upstream", "upstream defects", "error", "wall s", "files")
 
 _STYLE = """
@@ -83,7 +83,7 @@ def row_html(row: dict) -> str:
     err = row.get("error") or row.get("report_error") or ""
     cells = [
         _cell(html.escape(row["model"])), _cell(html.escape(row["config"])),
-        _cell(html.escape(row.get("status") or ""), cls="st"),
+        _cell(html.escape(row.get("status") or ""), cls="st"), _num(row.get("graph_breaks")),
         _num(before), _num(after), _num(None if before is None or after is None else after - before),
         _num(row.get("steps")),
         _cell(html.escape(", ".join(f"{k} {v}" for k, v in spp.items())), sum(spp.values()) if spp else ""),
@@ -109,7 +109,7 @@ def table_row(row: dict) -> dict:
     up = row.get("upstream") or {}
     before, after = row.get("nodes_before"), row.get("nodes_after")
     return {"model": row["model"], "config": row["config"], "status": row.get("status"),
-            "nodes before": before, "nodes after": after,
+            "graph breaks": row.get("graph_breaks"), "nodes before": before, "nodes after": after,
             "Δ nodes": None if before is None or after is None else after - before,
             "steps": row.get("steps"), "steps per pattern": ", ".join(f"{k} {v}" for k, v in spp.items()),
             "verify": row.get("verify"), "max abs err": row.get("max_abs_err"),
