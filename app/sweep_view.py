@@ -44,7 +44,9 @@ def _details(state, out_dir: str, row: dict) -> None:
         st.warning(f"First failing step: **{ff['index']}** — {ff['pattern']} ({ff['pass']}) at "
                    f"{', '.join(ff['sites'])}" + (" (rolled back)" if ff.get("rolled_back") else ""))
     up = row.get("upstream")
-    if up:
+    if up and "error" in up:
+        st.warning(f"Upstream: {up['error']}")
+    elif up:
         st.caption(f"Upstream: {up['nodes_after']} nodes after {up['steps']} steps; steps only ours "
                    f"{up['only_ours']}, only upstream {up['only_upstream']}, upstream defects {up['defects']}; "
                    f"passes with other groups: {', '.join(up['passes_differing']) or 'none'}")

@@ -336,10 +336,13 @@ def _run(task: RunTask, row: dict) -> None:
     captured = capture(model, inputs)
     row.update(capture_s=round(time.perf_counter() - t, 3), graphs=len(captured.graphs),
                graph_breaks=len(captured.breaks))
-    up = None
+    up, up_error = None, None
     if opts.observe_upstream:  # on a copy: captured.gm stays the captured graph
-        up = observe(task.model, options=upstream_options([p.name for p in pipe.enabled()]), verify=opts.verify != "off",
-                     captured=captured)
+        try:
+            up = observe(task.model, options=upstream_options([p.name for p in pipe.enabled()]),
+                         verify=opts.verify != "off", captured=captured)
+        except Exception as e:  # noqa: BLE001 - upstream raising outside its rules is a finding, not our failure
+            up_error = f"PyTorch's pre-grad passes raised {type(e).__name__}: {e}"[:2000]
     t = time.perf_counter()
     res = optimize(task.model, verify=opts.verify, pipeline=pipe, captured=captured)
     row["optimize_s"] = round(time.perf_counter() - t, 3)
@@ -361,8 +364,15 @@ def _run(task: RunTask, row: dict) -> None:
         row["upstream"] = _upstream_fields(tr, up)
         row["upstream_trace"] = f"traces/{task.slug}.upstream.json"
         up.trace.save(out / row["upstream_trace"])
+    elif up_error:
+        row["upstream"] = {"error": up_error}
     if opts.bench:
-        row["latency"] = _latency(task, pipe)
+        try:
+            row["latency"] = _latency(task, pipe)
+        except Exception as e:  # noqa: BLE001 - a graph that cannot be timed keeps its other findings
+            if _is_memory_error(e):
+                raise
+            row["latency"] = {"error": f"{type(e).__name__}: {e}"[:2000]}
     if opts.reports:
         _write_report(task, row)
 

@@ -73,6 +73,15 @@ def _files(row: dict) -> str:
     return " · ".join(out)
 
 
+def notes(row: dict) -> str:
+    """The run's error, else what went wrong beside it (upstream's passes, timing, the report)."""
+    if row.get("error"):
+        return row["error"]
+    side = [((row.get(k) or {}).get("error") if k != "report_error" else row.get(k), k)
+            for k in ("upstream", "latency", "report_error")]
+    return "; ".join(f"{k.replace('_error', '')}: {v}" for v, k in side if v)
+
+
 def row_html(row: dict) -> str:
     """One run as a ``<tr>`` of :data:`COLUMNS`."""
     before, after = row.get("nodes_before"), row.get("nodes_after")
@@ -80,7 +89,7 @@ def row_html(row: dict) -> str:
     ff = row.get("first_failing")
     lat = row.get("latency") or {}
     up = row.get("upstream") or {}
-    err = row.get("error") or row.get("report_error") or ""
+    err = notes(row)
     cells = [
         _cell(html.escape(row["model"])), _cell(html.escape(row["config"])),
         _cell(html.escape(row.get("status") or ""), cls="st"), _num(row.get("graph_breaks")),
@@ -92,8 +101,8 @@ def row_html(row: dict) -> str:
         _num(row.get("rolled_back")),
         _num(lat.get("speedup"), "{:.3f}"), _num(lat.get("ours_vs_upstream"), "{:.3f}"),
         _num(up.get("nodes_after")),
-        _cell(html.escape(f"{up['only_ours']} / {up['only_upstream']}") if up else "",
-              up.get("only_ours", 0) + up.get("only_upstream", 0) if up else ""),
+        _cell(html.escape(f"{up['only_ours']} / {up['only_upstream']}") if "only_ours" in up else "",
+              up["only_ours"] + up["only_upstream"] if "only_ours" in up else ""),
         _num(up.get("defects")),
         _cell(html.escape(err), cls="err"), _num(row.get("wall_s"), "{:.1f}"), _cell(_files(row)),
     ]
@@ -116,7 +125,7 @@ def table_row(row: dict) -> dict:
             "first failing step": f"#{ff['index']} {ff['pattern']} ({ff['pass']})" if ff else "",
             "rolled back": row.get("rolled_back"), "speedup": lat.get("speedup"),
             "vs upstream": lat.get("ours_vs_upstream"), "upstream nodes after": up.get("nodes_after"),
-            "upstream defects": up.get("defects"), "error": (row.get("error") or "").split("\n")[0][:300],
+            "upstream defects": up.get("defects"), "error": notes(row).split("\n")[0][:300],
             "wall s": row.get("wall_s")}
 
 
