@@ -577,6 +577,10 @@ def cmd_app(a) -> int:
     if a.model:
         env["OPTIMUS_LENS_MODEL"] = a.model
     if a.sweep:
+        if not os.path.isfile(os.path.join(a.sweep, "results.jsonl")):
+            print(f"optimus: {a.sweep} is not a sweep directory (no results.jsonl; `optimus sweep --out DIR` "
+                  "writes one)", file=sys.stderr)
+            return EXIT_INPUT
         env["OPTIMUS_LENS_SWEEP"] = os.path.abspath(a.sweep)
     if a.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"optimus: warning: the app listens on {a.host}:{a.port}; anyone who can reach it can run Python "

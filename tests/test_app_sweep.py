@@ -57,3 +57,14 @@ def test_a_run_opens_in_the_step_viewer(monkeypatch, sweep_dir):
 def test_a_directory_without_results_says_so(monkeypatch, tmp_path):
     at = _page(monkeypatch, tmp_path)
     assert any("not a sweep directory" in e.value for e in at.error)
+
+
+def test_optimus_app_sweep_opens_the_directory_and_refuses_another(monkeypatch, sweep_dir, tmp_path, capsys):
+    from optimus import cli
+
+    seen = {}
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd, env: seen.update(env=env) or 0)
+    assert cli.main(["app", "--sweep", str(sweep_dir), "--headless"]) == 0
+    assert seen["env"]["OPTIMUS_LENS_SWEEP"] == str(sweep_dir)
+    assert cli.main(["app", "--sweep", str(tmp_path)]) == 2
+    assert "not a sweep directory" in capsys.readouterr().err
