@@ -3,7 +3,7 @@
 Runs the real command, ``optimus sweep 'sample:*' 'hf:*' --configs
 benchmarks/sweep_configs.json``, once per executor into a fresh directory each
 (``--workers 1``, ``--workers 2``, optionally ``--ray local``), then checks that every
-executor wrote the same rows (:func:`optimus.sweep.comparable`: timing and host fields
+executor whose directory is in ``--out`` (from this run or an earlier one) wrote the same rows (:func:`optimus.sweep.comparable`: timing and host fields
 left out) and prints one line per executor: wall time (s), runs, statuses, and the load
 average before and after (the machine may be shared).
 
@@ -40,7 +40,7 @@ def run(name: str, extra: list[str], out: Path, reports: bool) -> dict:
     wall = time.perf_counter() - t0
     rows = Results(out / name).rows()
     res = {"executor": name, "wall_s": round(wall, 1), "exit": p.returncode, "runs": len(rows),
-           "status": dict(Counter(r["status"] for r in rows)), "load_before": [round(x, 2) for x in load0],
+           "status": dict(Counter(r["status"] for r in rows.values())), "load_before": [round(x, 2) for x in load0],
            "load_after": [round(x, 2) for x in os.getloadavg()],
            "run_s_sum": round(sum(r["wall_s"] or 0 for r in rows.values()), 1)}
     print(json.dumps(res), flush=True)
@@ -65,15 +65,16 @@ def main() -> int:
         plan = [p for p in plan if p[0].split("-")[-1] in a.only or ("ray" in a.only and p[0] == "ray-local")]
     print(f"cpus {os.cpu_count()}, out {out}", flush=True)
     results = [run(name, extra, out, a.reports) for name, extra in plan]
-    done = [r["executor"] for r in results]
+    done = [n for n in ("workers-1", "workers-2", "ray-local") if (out / n / "results.jsonl").is_file()]
     rows = {n: {k: comparable(v) for k, v in Results(out / n).rows().items()} for n in done}
     first = done[0]
     for n in done[1:]:
         same = rows[n] == rows[first]
         diff = [k for k in rows[first] if rows[n].get(k) != rows[first][k]]
         print(f"rows of {n} identical to {first}: {same}" + ("" if same else f" (differ: {diff[:5]})"))
-    if len(results) >= 2 and results[0]["executor"] == "workers-1" and results[1]["executor"] == "workers-2":
-        print(f"speedup of 2 workers over 1: {results[0]['wall_s'] / results[1]['wall_s']:.2f}x")
+    wall = {r["executor"]: r["wall_s"] for r in results}
+    if "workers-1" in wall and "workers-2" in wall:
+        print(f"speedup of 2 workers over 1: {wall['workers-1'] / wall['workers-2']:.2f}x")
     return 0
 
 
