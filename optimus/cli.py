@@ -515,8 +515,9 @@ def cmd_sweep(a) -> int:
     if a.list_hf:
         print(hf_text())
         return 0
-    if a.workers < 1 or a.time_limit <= 0 or a.memory_limit < 0:
-        print("optimus: --workers and --time-limit must be positive, --memory-limit at least 0", file=sys.stderr)
+    if a.workers < 1 or a.time_limit <= 0 or a.memory_limit < 0 or a.bench_repeats < 1:
+        print("optimus: --workers, --time-limit and --bench-repeats must be positive, --memory-limit at least 0",
+              file=sys.stderr)
         return EXIT_INPUT
     try:
         models = expand_specs(a.specs, a.models_file)
@@ -531,6 +532,10 @@ def cmd_sweep(a) -> int:
     except (SweepError, ImportError) as e:
         print(f"optimus: {e}", file=sys.stderr)
         return EXIT_INPUT
+    except KeyboardInterrupt:
+        print(f"\noptimus: sweep interrupted; the finished runs are in {a.out}/results.jsonl, and the same command "
+              "resumes it", file=sys.stderr)
+        return 130
     rows = [r for r in res.rows if r is not None]
     bad = [r for r in rows if r["status"] != "ok"]
     print(f"{len(rows)} runs ({res.skipped} already done, skipped) in {res.wall_s:.1f} s: "
