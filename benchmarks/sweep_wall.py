@@ -2,10 +2,11 @@
 
 Runs the real command, ``optimus sweep 'sample:*' 'hf:*' --configs
 benchmarks/sweep_configs.json``, once per executor into a fresh directory each
-(``--workers 1``, ``--workers 2``, optionally ``--ray local``), then checks that every
-executor whose directory is in ``--out`` (from this run or an earlier one) wrote the same rows (:func:`optimus.sweep.comparable`: timing and host fields
-left out) and prints one line per executor: wall time (s), runs, statuses, and the load
-average before and after (the machine may be shared).
+(``--workers 1``, ``--workers 2``, optionally ``--ray local``), prints one line per
+executor: wall time (s), runs, statuses, and the load average before and after (the
+machine may be shared); then checks that every executor whose directory is in ``--out``
+(from this run or an earlier one) wrote the same rows (:func:`optimus.sweep.comparable`:
+timing and host fields left out).
 
     .venv/bin/python benchmarks/sweep_wall.py [--ray] [--reports] [--out DIR] [--only ray]
 

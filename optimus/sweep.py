@@ -740,7 +740,8 @@ def sweep(models: list[str], configs: list[SweepConfig], options: SweepOptions, 
 
     def counts() -> dict:
         c = Counter(r["status"] for r in done_rows.values())
-        return {"ok": c["ok"], "not ok": sum(v for k, v in c.items() if k != "ok"), "remaining": len(tasks) - len(done_rows)}
+        return {"ok": c["ok"], "not ok": sum(v for k, v in c.items() if k != "ok"),
+                "remaining": len(tasks) - len(done_rows)}
 
     tty = sys.stderr.isatty()
     bar = tqdm(total=len(tasks), initial=skipped, unit="run", desc="sweep", file=sys.stderr,

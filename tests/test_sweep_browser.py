@@ -30,7 +30,8 @@ def test_clicking_a_header_sorts_numerically_and_the_filter_hides_rows(tmp_path)
         models = lambda: page.eval_on_selector_all(  # noqa: E731
             "#runs tbody tr", "rs => rs.filter(r => r.style.display !== 'none').map(r => r.cells[0].textContent)")
         page.click("th:text-is('nodes after')")
-        assert models() == ["hf:bert", "sample:a", "sample:c", "sample:d"]  # 5 < 30 < 100 (not "100" < "30"), empty last
+        # numbers sort as numbers (5 < 30 < 100, not "100" < "30"); an empty cell sorts last
+        assert models() == ["hf:bert", "sample:a", "sample:c", "sample:d"]
         page.click("th:text-is('nodes after')")
         assert models() == ["sample:c", "sample:a", "hf:bert", "sample:d"]
         page.fill("#filter", "bert")
