@@ -418,6 +418,8 @@ def _latency(task: RunTask, pipe) -> dict:
                        against_upstream=task.options.observe_upstream, threads=task.options.threads,
                        final_only=True, pipeline=pipe)
     base, ours = r.stage("baseline"), r.ours
+    if base is None or ours is None:  # bench_pipeline always times both; a guard for the type checker
+        raise RuntimeError("the bench result has no baseline or pipeline stage")
     out = {"baseline_ms": round(base.median_ms, 4), "ours_ms": round(ours.median_ms, 4),
            "speedup": round(base.median_ms / ours.median_ms, 4)}
     out.update({k: round(v, 4) for k, v in r.ratios().items()})
