@@ -424,12 +424,14 @@ def main() -> None:
     downloads(trace)
 
 
-PAGES = ("Step viewer", "Pattern Lab", "Teach")
+PAGES = ("Step viewer", "Pattern Lab", "Teach", "Sweep")
 
 
 def page() -> None:
-    """The page chosen at the top of the sidebar: the step viewer (default) or the Pattern Lab."""
-    choice = st.sidebar.segmented_control("Page", PAGES, default=PAGES[0], key="page_choice",
+    """The page chosen at the top of the sidebar: the step viewer (default), the Pattern Lab,
+    Teach, or Sweep (the default when the app was started on a sweep directory)."""
+    choice = st.sidebar.segmented_control("Page", PAGES, default="Sweep" if os.environ.get("OPTIMUS_LENS_SWEEP") else PAGES[0],
+                                          key="page_choice",
                                           label_visibility="collapsed")
     if choice == "Pattern Lab":
         from app import lab
@@ -445,6 +447,10 @@ def page() -> None:
             st.title("Optimus Lens")
             st.caption("Teach: a guided walk through one pattern on its teaching model.")
         teach.page()
+    elif choice == "Sweep":
+        from app import sweep_view
+
+        sweep_view.page()
     else:
         main()
 

@@ -14,12 +14,15 @@
     optimus compare MODEL [--options JSON]
     optimus inspect TRACE.json NODE [--step N]
     optimus why MODEL NODE [--step N] [--pattern P] [--search global|upstream]
-    optimus app [--port N]
+    optimus sweep SPECS... [--models-file F] [--configs F.json] [--verify step|end|off] [--observe-upstream]
+                  [--bench] [--out DIR] [--workers N] [--ray ADDRESS] [--list-hf]
+    optimus app [--port N] [--sweep DIR]
 
 MODEL is ``sample:NAME`` (``optimus run sample:recsys_towers``; ``optimus samples`` lists
 them), ``package.module:factory`` or ``path/to/file.py:factory`` (a callable returning
 ``(model, example_inputs)``, resolved from the current directory), or a ``.pt2`` file
-saved by ``torch.export.save``.
+saved by ``torch.export.save``, or ``hf:NAME`` (a HuggingFace architecture built offline with
+random weights; ``optimus sweep --list-hf``).
 Exit status: 0 ok; 1 a step failed verification; 2 bad input (unknown model or pass,
 untraceable model, unreadable trace); 3 a pattern (or an observed upstream pass) raised.
 """
@@ -129,7 +132,7 @@ def cmd_run(a) -> int:
 
 MODEL_HELP = ("sample:NAME (`optimus samples`), package.module:factory or path/to/file.py:factory "
               "(resolved from the current directory; the factory returns (model, example_inputs)), "
-              "or path/to/model.pt2 (saved by torch.export.save)")
+              "path/to/model.pt2 (saved by torch.export.save), or hf:NAME (`optimus sweep --list-hf`)")
 
 
 def samples_text() -> str:
@@ -139,7 +142,21 @@ def samples_text() -> str:
     rows = sample_list()
     w = max(len(n) for n, _, _ in rows)
     return "sample models (MODEL sample:NAME):\n" + "\n".join(
-        f"  {n:{w}s}  {k:9s}  {d}" for n, k, d in rows)
+        f"  {n:{w}s}  {k:9s}  {d}" for n, k, d in rows) + "\n" + hf_text(short=True)
+
+
+def hf_text(short: bool = False) -> str:
+    """The HuggingFace architectures of ``hf:NAME`` (:mod:`optimus.hf`): one line, or a table."""
+    from optimus.hf import PARAMS, hf_list
+
+    rows = hf_list()
+    if short:
+        return (f"HF architectures (MODEL hf:NAME, built offline with random weights; `optimus sweep --list-hf`): "
+                f"{', '.join(s.removeprefix('hf:') for s, _, _ in rows)}")
+    w = max(len(s) for s, _, _ in rows)
+    return ("HF transformers architectures, built offline from small configs with random weights\n"
+            "(full size: hf:NAME?layers=12&hidden=768; parameters " + ", ".join(PARAMS) + "):\n"
+            + "\n".join(f"  {s:{w}s}  {f:28s}  inputs: {k}" for s, f, k in rows))
 
 
 def cmd_samples(a) -> int:
@@ -493,10 +510,86 @@ def cmd_match(a) -> int:
     return 0
 
 
+def cmd_sweep(a) -> int:
+    """Every model x config in its own process; rows into DIR/results.jsonl, DIR/summary.html
+    (:mod:`optimus.sweep`). Exit 0 when every run is ok, 1 when any is not, 2 for bad input."""
+    from optimus.sweep import DEFAULT_CONFIG, GiB, SweepError, SweepOptions, expand_specs, load_configs, sweep
+
+    if a.list_hf:
+        print(hf_text())
+        return 0
+    if a.workers < 1 or a.time_limit <= 0 or a.memory_limit < 0 or a.bench_repeats < 1:
+        print("optimus: --workers, --time-limit and --bench-repeats must be positive, --memory-limit at least 0",
+              file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        models = expand_specs(a.specs, a.models_file)
+        configs = load_configs(a.configs) if a.configs else [DEFAULT_CONFIG]
+        options = SweepOptions(verify=a.verify, observe_upstream=a.observe_upstream, bench=a.bench,
+                               bench_repeats=a.bench_repeats, reports=not a.no_reports, time_limit_s=a.time_limit,
+                               memory_limit_bytes=int(a.memory_limit * GiB) or None)
+        print(f"sweep: {len(models)} model(s) x {len(configs)} config(s) into {a.out} "
+              f"({'Ray at ' + a.ray if a.ray else f'{a.workers} local worker(s)'})", file=sys.stderr)
+        res = sweep(models, configs, options, a.out, workers=a.workers, ray_address=a.ray, ray_wheel=a.ray_wheel,
+                    retry_failed=a.retry_failed, progress=not a.quiet)
+    except (SweepError, ImportError) as e:
+        print(f"optimus: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print(f"\noptimus: sweep interrupted; the finished runs are in {a.out}/results.jsonl, and the same command "
+              "resumes it", file=sys.stderr)
+        return 130
+    rows = [r for r in res.rows if r is not None]
+    bad = [r for r in rows if r["status"] != "ok"]
+    print(f"{len(rows)} runs ({res.skipped} already done, skipped) in {res.wall_s:.1f} s: "
+          f"{len(rows) - len(bad)} ok, {len(bad)} not ok; results: {res.out_dir / 'results.jsonl'}, "
+          f"summary: {res.out_dir / 'summary.html'}")
+    for r in bad:
+        print(f"  {r['status']:13s} {r['key']}: " + ((r.get("error") or "").splitlines() or [
+            f"first failing step {r['first_failing']['index']}" if r.get("first_failing") else ""])[0][:200])
+    return EXIT_VERIFY if bad else 0
+
+
+def _add_sweep_parser(sub) -> None:
+    sw = sub.add_parser("sweep", help="run every model x configuration, each in its own process (or as Ray "
+                        "tasks): one row per run in DIR/results.jsonl, DIR/summary.html, traces and reports")
+    sw.add_argument("specs", nargs="*", help=MODEL_HELP + "; sample:* is every sample, hf:* every HF architecture")
+    sw.add_argument("--models-file", help="more specs, one per line (# starts a comment)")
+    sw.add_argument("--configs", help="JSON list of configs: {\"name\", \"passes\", \"skip\", \"pattern_files\", "
+                    "\"search\": global|upstream, \"profitable_only\"} (default: one config, the default pipeline)")
+    sw.add_argument("--verify", choices=["step", "end", "off"], default="end",
+                    help="check every step, the final graph (default; a failing graph is bisected), or nothing")
+    sw.add_argument("--observe-upstream", action="store_true",
+                    help="also record PyTorch's pre-grad passes on each capture and count the differences")
+    sw.add_argument("--bench", action="store_true", help="time the captured graph and ours (CPU, one thread)")
+    sw.add_argument("--bench-repeats", type=int, default=10, help="timed rounds with --bench (default 10)")
+    sw.add_argument("--out", default="sweep-out", help="the sweep directory (default: sweep-out); a sweep "
+                    "restarted into it skips the runs already in its results.jsonl")
+    sw.add_argument("--workers", type=int, default=1, help="runs at a time (default 1; with --ray local, its CPUs)")
+    sw.add_argument("--time-limit", type=float, default=600, help="seconds per run before it is killed (default 600)")
+    sw.add_argument("--memory-limit", type=float, default=8,
+                    help="GiB of address space per run (default 8; 0: no limit)")
+    sw.add_argument("--ray", metavar="ADDRESS", help="run as Ray tasks: 'local' starts Ray here, or a cluster "
+                    "address ('auto', 'ray://host:10001'); needs pip install 'optimus-lens[sweep]'")
+    sw.add_argument("--ray-wheel", help="ship the packages of this built Optimus Lens wheel to Ray workers instead of "
+                    "this checkout's folders (workers need torch installed)")
+    sw.add_argument("--no-reports", action="store_true", help="do not write each run's HTML report")
+    sw.add_argument("--retry-failed", action="store_true", help="also re-run the runs whose row is error or failed")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar or per-run lines")
+    sw.add_argument("--list-hf", action="store_true", help="list the hf:NAME architectures and exit")
+    sw.set_defaults(fn=cmd_sweep)
+
+
 def cmd_app(a) -> int:
     env = dict(os.environ)
     if a.model:
         env["OPTIMUS_LENS_MODEL"] = a.model
+    if a.sweep:
+        if not os.path.isfile(os.path.join(a.sweep, "results.jsonl")):
+            print(f"optimus: {a.sweep} is not a sweep directory (no results.jsonl; `optimus sweep --out DIR` "
+                  "writes one)", file=sys.stderr)
+            return EXIT_INPUT
+        env["OPTIMUS_LENS_SWEEP"] = os.path.abspath(a.sweep)
     if a.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"optimus: warning: the app listens on {a.host}:{a.port}; anyone who can reach it can run Python "
               "code on this machine (model factories, pattern files)", file=sys.stderr)
@@ -683,7 +776,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address to listen on (default: 127.0.0.1, this machine only; the app runs user code)")
     w.add_argument("--model", help="sample model selected first, e.g. sample:bert (default sample:recsys_towers)")
     w.add_argument("--headless", action="store_true")
+    w.add_argument("--sweep", help="open this sweep directory (written by optimus sweep) on the Sweep page")
     w.set_defaults(fn=cmd_app)
+    _add_sweep_parser(sub)
     return ap
 
 

@@ -8,7 +8,9 @@ A model spec is one of
   the folder holding ``mymodels.py``, also through the installed ``optimus`` script);
 * ``path/to/file.py:factory``: the same, loaded from that file;
 * ``path/to/model.pt2``: a program saved by ``torch.export.save``, run on the example
-  inputs it was exported with (:func:`load_exported`).
+  inputs it was exported with (:func:`load_exported`);
+* ``hf:NAME[?layers=N&hidden=N...]``: a HuggingFace ``transformers`` architecture built
+  offline from a small configuration with random weights (:mod:`optimus.hf`).
 """
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ def load_model(spec: str) -> tuple[torch.nn.Module, tuple, str]:
                              "path/to/file.py:factory or path/to/model.pt2")
     if spec.endswith(".pt2"):
         return load_exported(spec)
+    if spec.startswith("hf:"):
+        return _load_hf(spec)
     if spec.startswith("sample:") or ":" not in spec:
         return _load_sample(spec.split(":", 1)[1] if spec.startswith("sample:") else spec)
     mod_name, _, attr = spec.rpartition(":")
@@ -81,6 +85,17 @@ def _load_sample(name: str) -> tuple[torch.nn.Module, tuple, str]:
     except ImportError as e:
         raise ModelSpecError(f"sample {name!r} needs an optional package: {e}") from e
     return model, tuple(inputs), name
+
+
+def _load_hf(spec: str) -> tuple[torch.nn.Module, tuple, str]:
+    from optimus.hf import HFSpecError, load_hf
+
+    try:
+        return load_hf(spec)
+    except (HFSpecError, ImportError) as e:
+        raise ModelSpecError(str(e)) from e
+    except Exception as e:  # noqa: BLE001 - transformers refusing a configuration is the spec's problem
+        raise ModelSpecError(f"{spec}: transformers cannot build it: {type(e).__name__}: {e}") from e
 
 
 def _import_module(name: str):

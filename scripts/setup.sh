@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh machine: graphviz (apt, if `dot` is missing), a virtualenv
-# in .venv, and the package with its dev and models extras. torch is pinned to 2.13.0
+# in .venv, and the package with its dev, models and sweep (Ray) extras. torch is pinned to 2.13.0
 # through constraints.txt so pip takes the local CPU wheel, not a multi-GB CUDA build.
 # Usage: scripts/setup.sh [--browser]   (--browser also installs chromium for the UI check)
 set -euo pipefail
@@ -22,6 +22,6 @@ PY=${PYTHON:-python3}
 stamp=.venv/.installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev,models]'
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev,models,sweep]'
   touch "$stamp"
 fi
