@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'nodes':>6s} {'steps':>5s} {'failing':>7s}  {'graphs checked: per-step':>24s} {'bisect':>6s}  "
           f"{'per-step s':>10s} {'off s':>6s} {'bisect s':>8s}  ratio")
     for size in a.sizes.split(","):
-        t, l = (int(v) for v in size.split("x"))
-        r = measure(t, l)
+        t, length = (int(v) for v in size.split("x"))
+        r = measure(t, length)
         both = r["t_off"] + r["t_bisect"]
         print(f"{r['nodes']:6d} {r['steps']:5d} {r['first_bad']:7d}  {r['steps']:24d} {r['probes']:6d}  "
               f"{r['t_step']:10.2f} {r['t_off']:6.2f} {r['t_bisect']:8.2f}  {r['t_step'] / both:5.1f}x")

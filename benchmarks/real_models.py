@@ -105,7 +105,7 @@ def measure(name: str, repeats: int) -> dict:
     for pname, est in pass_estimates(trace).items():
         cur = timing[pname]
         prev_ms = timing[cur.previous].median_ms
-        saved = lambda r: prev_ms * (1 - 1 / r) * 1e3  # noqa: E731 - us saved per call at ratio r
+        saved = lambda r, prev_ms=prev_ms: prev_ms * (1 - 1 / r) * 1e3  # noqa: E731 - us saved per call at ratio r
         beyond = not (cur.vs_previous_p10 <= 1.0 <= cur.vs_previous_p90)
         checks.append({"pass": pname, "estimate_us": round(est.us, 1), "measured_us": round(saved(cur.vs_previous), 1),
                        "measured_p10_us": round(saved(cur.vs_previous_p10), 1),

@@ -190,7 +190,7 @@ def measure(nodes: int, repeat: int, upstream_repeat: int | None = None, towers:
     (``ours_median_s``, ...) and every sample (``samples``); node counts, JSON sizes and
     the worst step rebuild."""
     upstream_repeat = repeat if upstream_repeat is None else upstream_repeat
-    skip_upstream = upstream_repeat <= 0
+
     towers, layers = shape_for(nodes, towers)
     base, inputs = build_towers(towers, layers)
     row: dict = {"nodes": len(base.graph.nodes), "towers": towers, "layers": layers}

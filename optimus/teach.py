@@ -412,7 +412,7 @@ def upstream_frames(gm: GraphModule, pattern: BatchPattern, opts: SearchOptions)
     for d in range(1, depth_max + 1):
         shown = [(dd, n, hit) for dd, n, hit in visits if dd <= d]
         marks = {root.name: 0}
-        for dd, n, hit in shown:
+        for dd, n, _hit in shown:
             marks[n.name] = dd
         labels = ["search root"] + [f"{k} hop{'s' * (k > 1)}" for k in range(1, d + 1)]
         hits = [n.name for dd, n, hit in visits if dd == d and hit]

@@ -47,7 +47,7 @@ class SlicedLinears(nn.Module):
         self.ls = nn.ModuleList(nn.Linear(8, 8) for _ in range(5))
 
     def forward(self, x):
-        return torch.cat([l(x[:, 8 * i: 8 * i + 8]) for i, l in enumerate(self.ls)], dim=1)
+        return torch.cat([lin(x[:, 8 * i: 8 * i + 8]) for i, lin in enumerate(self.ls)], dim=1)
 
 
 def test_symbolic_capture_path_fuses_like_dynamo():

@@ -205,7 +205,7 @@ def _fn_cases(prefix: str, fns: list[tuple], options: dict, counters: tuple[str,
     for row in fns:
         fn, *vals = row
         extra = vals.pop() if vals and isinstance(vals[-1], dict) else {}
-        out.append(Case(f"{prefix}[{fn.__name__}]", lambda fn=fn, a=extra.get("args", args): (fn, a()),
+        out.append(Case(f"{prefix}[{fn.__name__}]", lambda fn=fn, a=extra.get("args", args): (fn, a()),  # noqa: B008
                         extra.get("options", options), dict(zip(counters, vals))))
     return out
 

@@ -4,6 +4,7 @@ contain the ops they teach."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import operator
 import os
@@ -254,7 +255,7 @@ def test_entry_metadata(name):
         assert sm.teaches
     assert callable(sm.build)
     assert inspect.getdoc(sm.build), f"{name}: build function needs a docstring"
-    with pytest.raises(Exception):  # frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
         sm.name = "other"  # type: ignore[misc]
 
 

@@ -134,7 +134,7 @@ def reference_run(gm: GraphModule, pipeline: Pipeline, sweeps: list | None = Non
             sweeps.append(sweep)
 
     for p in pipeline.enabled():
-        for sweep in range(p.max_iterations):
+        for _sweep in range(p.max_iterations):
             before = len(steps)
             for pattern in p.patterns:
                 if isinstance(pattern, BatchPattern):
@@ -170,7 +170,7 @@ def engine_run(gm: GraphModule, pipeline: Pipeline, record: bool = True):
     """Run the engine step by step, checking after every step that the index is
     consistent and that replaying the trace gives the live graph."""
     eng = Engine(gm, (), pipeline, RunOptions(verify="off", record=record))
-    for k, step in enumerate(eng.steps(), 1):
+    for k, _step in enumerate(eng.steps(), 1):
         eng.index.check()
         if record:
             assert eng.trace.graph_at(k).signature() == snapshot_graph(gm.graph).signature(), f"replay differs at step {k}"
@@ -468,7 +468,7 @@ def test_index_stays_valid_when_many_nodes_are_inserted_at_one_place():
     g.output(y)
     index = GraphIndex(g)
     last = x
-    for i in range(3000):  # every insert lands between x's latest successor and y
+    for _ in range(3000):  # every insert lands between x's latest successor and y
         with g.inserting_after(last):
             last = g.call_function(torch.neg, (last,))
         index.update([last], [], [])

@@ -87,7 +87,7 @@ class SimplifySplitCat(AnchoredPattern):
         for user, (segs, e) in m.info["layouts"].items():
             chosen = {id(r) for r in merged[user]}
             stack = is_call(user, *STACK)
-            rebuild(rw, user, segs, lambda r: as_block(rw, new_of[(r.first, r.last)], r, stack, e)
+            rebuild(rw, user, segs, lambda r, stack=stack, e=e, chosen=chosen: as_block(rw, new_of[(r.first, r.last)], r, stack, e)
                     if id(r) in chosen else None, e)
         for g, i in m.info["items"]:
             if g.users:
@@ -175,5 +175,5 @@ class MergeUnbindStack(AnchoredPattern):
         p: Parts = m.info["parts"]
         for user, (segs, e) in m.info["layouts"].items():
             stack = is_call(user, *STACK)
-            rebuild(rw, user, segs, lambda r: as_block(rw, p.input, r, stack, e) if r.full else None, e)
+            rebuild(rw, user, segs, lambda r, stack=stack, e=e: as_block(rw, p.input, r, stack, e) if r.full else None, e)
         erase_if_unused(rw, [*(g for g, _ in m.info["items"]), p.node])
