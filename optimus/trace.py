@@ -390,7 +390,7 @@ class Trace:
         steps inherit the failure rather than add one, so only the first of each run is a
         defect of its own."""
         runs: list[tuple[Step, list[Step]]] = []
-        head = None
+        head: tuple[str, tuple[Step, list[Step]]] | None = None
         for s in self.steps:
             v = s.verify
             if not s.failed:
