@@ -67,7 +67,7 @@ export default function(component){
   const data = component.data || {}, host = component.parentElement;
   let box = host.querySelector('.lens-host');
   if (!box){ box = document.createElement('div'); box.className = 'lens-host'; host.appendChild(box); }
-  box.style.height = (data.height || 560) + 'px';
+  box.style.height = data.fill ? 'max(380px, calc(100vh - 10.5rem))' : (data.height || 560) + 'px';
   box.__send = component.setTriggerValue;
   if (box.__html !== data.html){
     box.__html = data.html;
@@ -90,24 +90,25 @@ _COMPONENT = st.components.v2.component("optimus_lens_graph_view", css=_CSS, js=
 
 def graph_view(panes: list[tuple[str, str]], focus=(), legend=(), notes=(), *, key: str, height: int,
                stacked: bool = False, text_scale: float = 1.0, selected: str | None = None, picked: str = "",
-               partial=(), animate_key: str | None = None,
+               partial=(), animate_key: str | None = None, fill_window: bool = False,
                on_pick: Callable[[dict | None], None] | None = None) -> None:
     """Mount the viewer of ``panes`` ((title, SVG) pairs, as :func:`viz.panes_html` takes)
     as a component of ``height`` px (twice that when ``stacked``), opened on ``focus``.
     ``selected`` (an FX node name) and ``partial`` (names) are outlined, and ``picked`` (a
     line about the selection) is shown above the panes. ``animate_key`` (as
     :func:`viz.panes_html` takes it) animates a new drawing from the one last shown under
-    the same key. A click on a node calls ``on_pick`` with ``{"name": DOT id, "pane": pane index}`` before the rerun."""
+    the same key. ``fill_window`` (presentation mode) makes the view as tall as the
+    browser window allows instead of ``height``. A click on a node calls ``on_pick`` with ``{"name": DOT id, "pane": pane index}`` before the rerun."""
     data = {"html": viewer_block(panes, legend, notes, stacked), "focus": list(focus), "scale": float(text_scale),
             "height": int(height), "selected": selected, "picked": picked, "partial": list(partial),
-            "anim": ("lens:" + animate_key) if animate_key else None}
+            "anim": ("lens:" + animate_key) if animate_key else None, "fill": bool(fill_window)}
 
     def _changed() -> None:
         got = st.session_state.get(key)
         if on_pick is not None:
             on_pick(got.get("pick") if got is not None else None)
 
-    _COMPONENT(key=key, data=data, height=int(height), on_pick_change=_changed)
+    _COMPONENT(key=key, data=data, height="content" if fill_window else int(height), on_pick_change=_changed)
 
 
 def on_pick(state: MutableMapping, value: dict | None, trace, cur: int, graphs: list[int | None]) -> str:

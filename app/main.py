@@ -314,6 +314,7 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
                    selected=ss.get("inspect_node"), picked=selection_line(trace, [cur, cur - 1], ss.get("inspect_node")),
                    partial=why_panel.partial(ss, trace, cur),
                    animate_key=f"{trace.model}|{'diff' if bar['picture'] == 'Diff' else 'pair'}",
+                   fill_window=bool(ss.get("presentation")),
                    on_pick=lambda v: on_pick(ss, v, trace, cur, sides))
     how = "one layout for all steps" if pic.layout is shared else "one layout for before and after"
     st.caption(f"Before: {_drawn_note(pic.before)}. After: {_drawn_note(pic.after)}. Layout: {pic.layout.method}, "

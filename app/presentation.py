@@ -24,11 +24,11 @@ html {font-size: 19px}
 .block-container {padding-top: 0.4rem !important}
 .block-container [data-testid='stVerticalBlock'] {gap: 0.35rem}
 .stElementContainer:has(> .stHtml), .stElementContainer:has(style) {display: none}
-.st-key-lens_graph iframe {height: calc(100vh - 10.5rem) !important; min-height: 380px}
 </style>"""
 
 #: the left/right arrow keys press the step viewer's Previous/Next buttons (not while a text
-#: field, list or slider has the focus); the viewer's iframe forwards its keys here
+#: field, list or slider has the focus); keys pressed in the step view (the click component)
+#: bubble up to the page, and the report's viewer in an iframe forwards them here
 _KEYS = """<script>
 (function(){
   if (window.lensStepKeys) return;

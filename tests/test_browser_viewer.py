@@ -8,7 +8,7 @@ import time
 import pytest
 
 from optimus.run import optimize
-from test_browser import CHROMIUM, _viewer_frame, app_url  # noqa: F401 - app_url is a fixture
+from test_browser import CHROMIUM, _viewer, app_url  # noqa: F401 - app_url is a fixture
 from viz.report import write_report
 
 pytestmark = pytest.mark.browser
@@ -84,26 +84,25 @@ def test_the_app_viewer_animates_next_from_the_positions_of_the_step_before(app_
         page.goto(app_url, timeout=90_000)
         page.get_by_role("button", name="Run", exact=True).click(timeout=90_000)
         page.get_by_text("Step 1:", exact=False).first.wait_for(timeout=180_000)
-        _viewer_frame(page)
+        _viewer(page)
         page.get_by_role("button", name="Next").click()
         page.get_by_text("Step 2:", exact=False).first.wait_for(timeout=60_000)
         end, res = time.time() + 60, None
         while time.time() < end and not res:
-            for frame in page.frames:
-                try:
-                    text = frame.eval_on_selector(".lens", "e => e.dataset.anim || ''")
-                except Exception:  # noqa: BLE001 - a frame may be detached mid-rerun; retried
-                    continue
-                if text and "first" not in text:
-                    res = json.loads(text)
+            try:  # the viewer (in the click component's shadow root) is remounted for the new step
+                text = page.locator(".lens").first.get_attribute("data-anim", timeout=2_000) or ""
+            except Exception:  # noqa: BLE001 - the page may rerun meanwhile; retried
+                text = ""
+            if text and "first" not in text:
+                res = json.loads(text)
             page.wait_for_timeout(300)
         browser.close()
-    assert res and all(r["skipped"] == "" for r in res), res  # the iframe was rebuilt; sessionStorage kept step 1
+    assert res and all(r["skipped"] == "" for r in res), res  # the drawing was replaced; sessionStorage kept step 1
     assert res[1]["created"] > 0 and res[0]["moved"] == 0
 
 
-_TEXT_PX = """() => Array.from(document.querySelectorAll('.pane svg g.graph > g.node text')).filter(t => {
-  const r = t.getBoundingClientRect(); return r.width > 0 && r.bottom > 0 && r.top < innerHeight; })
+_TEXT_PX = """lens => Array.from(lens.querySelectorAll('.pane svg g.graph > g.node text')).filter(t => {
+  const r = t.getBoundingClientRect(); return r.width > 0 && r.bottom > 0 && r.top < window.innerHeight; })
   .map(t => parseFloat(t.getAttribute('font-size')) * t.getScreenCTM().a)"""
 
 
@@ -120,13 +119,13 @@ def test_presentation_mode_at_1280x800_graphs_fill_the_window_text_is_large_and_
         page.locator(".st-key-presentation_nav").wait_for(timeout=60_000)
         page.wait_for_timeout(1500)
         assert not page.locator("section[data-testid='stSidebar']").is_visible()
-        box = page.locator(".st-key-lens_graph iframe").bounding_box()
+        lens = _viewer(page)
+        box = page.locator(".st-key-lens_graph").bounding_box()
         assert box["y"] < 250 and box["y"] + box["height"] <= 800, box  # graphs first, the whole window's height
-        frame = _viewer_frame(page)
-        px = frame.evaluate(_TEXT_PX)
+        px = lens.evaluate(_TEXT_PX)
         page.screenshot(path=str(tmp_path / "presentation.png"))
         assert px and min(px) >= 14, sorted(px)[:5]
-        frame.locator(".pane").first.click()  # keys pressed in the graph are forwarded to the page
+        lens.locator(".pane").first.click()  # keys pressed in the graph reach the page
         page.keyboard.press("ArrowRight")
         page.get_by_text("2: batch_linear").first.wait_for(timeout=60_000)
         page.get_by_text("recsys_towers:", exact=False).first.click()
