@@ -6,7 +6,7 @@ deliberately wrong pass inserted after ``batch_linear``: it negates the first Re
 finds, once. Side by side in one process, per size:
 
 * ``verify="step"``: every step is checked as it is applied (one graph run per step);
-* ``verify="off"`` then :func:`optimus.bisect.bisect_trace`: the run checks nothing, the
+* ``verify="off"`` then :func:`optimus_lens.bisect.bisect_trace`: the run checks nothing, the
   search rebuilds and checks ``1 + ceil(log2(steps))`` graphs at most.
 
 Both must name the same step. Prints steps, graphs checked, wall seconds, and the ratio
@@ -14,6 +14,7 @@ Both must name the same step. Prints steps, graphs checked, wall seconds, and th
 
     .venv/bin/python benchmarks/bisect_cost.py --sizes 8x10,8x40,16x60
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from search_scale import build_towers  # noqa: E402
 
-from optimus.bisect import bisect_trace  # noqa: E402
-from optimus.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module  # noqa: E402
-from optimus.passes import default_pipeline  # noqa: E402
-from optimus.pattern import Match, Miss, RewritePattern  # noqa: E402
+from optimus_lens.bisect import bisect_trace  # noqa: E402
+from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module  # noqa: E402
+from optimus_lens.passes import default_pipeline  # noqa: E402
+from optimus_lens.pattern import Match, Miss, RewritePattern  # noqa: E402
 
 
 class NegateOneRelu(RewritePattern):
@@ -76,8 +77,15 @@ def measure(towers: int, layers: int) -> dict:
     t_bisect = time.perf_counter() - t0
     first = verified.failed_steps()[0].index
     assert b.first_bad == first, (b.first_bad, first)
-    return {"nodes": len(gm.graph.nodes), "steps": len(plain.steps), "first_bad": first,
-            "probes": len(b.probes), "t_step": t_step, "t_off": t_off, "t_bisect": t_bisect}
+    return {
+        "nodes": len(gm.graph.nodes),
+        "steps": len(plain.steps),
+        "first_bad": first,
+        "probes": len(b.probes),
+        "t_step": t_step,
+        "t_off": t_off,
+        "t_bisect": t_bisect,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,14 +93,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="8x10,8x40,16x60", help="comma-separated TOWERSxLAYERS")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    print(f"{'nodes':>6s} {'steps':>5s} {'failing':>7s}  {'graphs checked: per-step':>24s} {'bisect':>6s}  "
-          f"{'per-step s':>10s} {'off s':>6s} {'bisect s':>8s}  ratio")
+    print(
+        f"{'nodes':>6s} {'steps':>5s} {'failing':>7s}  {'graphs checked: per-step':>24s} {'bisect':>6s}  "
+        f"{'per-step s':>10s} {'off s':>6s} {'bisect s':>8s}  ratio"
+    )
     for size in a.sizes.split(","):
         t, length = (int(v) for v in size.split("x"))
         r = measure(t, length)
         both = r["t_off"] + r["t_bisect"]
-        print(f"{r['nodes']:6d} {r['steps']:5d} {r['first_bad']:7d}  {r['steps']:24d} {r['probes']:6d}  "
-              f"{r['t_step']:10.2f} {r['t_off']:6.2f} {r['t_bisect']:8.2f}  {r['t_step'] / both:5.1f}x")
+        print(
+            f"{r['nodes']:6d} {r['steps']:5d} {r['first_bad']:7d}  {r['steps']:24d} {r['probes']:6d}  "
+            f"{r['t_step']:10.2f} {r['t_off']:6.2f} {r['t_bisect']:8.2f}  {r['t_step'] / both:5.1f}x"
+        )
     return 0
 
 

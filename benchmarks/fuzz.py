@@ -10,6 +10,7 @@ include transposed and sliced inputs, view / as_strided consumers of fused and c
 values, and dynamic-shape captures (see sample_models/random_models.py).
 Exit status 1 if anything failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,8 @@ import random
 import sys
 import time
 
-from optimus.run import optimize
-from sample_models.random_models import build, dtype_supported, random_spec
+from optimus_lens.run import optimize
+from optimus_lens.sample_models.random_models import build, dtype_supported, random_spec
 
 
 def main() -> int:
@@ -27,8 +28,12 @@ def main() -> int:
     ap.add_argument("--examples", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-failures", type=int, default=20)
-    ap.add_argument("--seconds", type=float, default=None,
-                    help="stop drawing models after this many seconds (the summary is still printed)")
+    ap.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="stop drawing models after this many seconds (the summary is still printed)",
+    )
     a = ap.parse_args()
     rng = random.Random(a.seed)
     dtypes = [d for d in ("float32", "bfloat16", "float16") if dtype_supported(d)]
@@ -48,11 +53,15 @@ def main() -> int:
             if bad or not trace.final_verify.ok:
                 s = bad[0] if bad else None
                 why = (s.error and f"rolled back: {s.error}") or (s.verify and s.verify.message) if s else ""
-                failures.append((spec, f"step {s.index} {s.pattern}: {why}" if s else
-                                 f"final: {trace.final_verify.message}"))
+                failures.append(
+                    (spec, f"step {s.index} {s.pattern}: {why}" if s else f"final: {trace.final_verify.message}")
+                )
         if (i + 1) % 100 == 0:
-            print(f"{i + 1} models, {sum(per_pattern.values())} steps, {len(failures)} failures, "
-                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+            print(
+                f"{i + 1} models, {sum(per_pattern.values())} steps, {len(failures)} failures, "
+                f"{time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
         if len(failures) >= a.max_failures:
             break
         if a.seconds is not None and time.perf_counter() - t0 > a.seconds:

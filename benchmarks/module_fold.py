@@ -9,6 +9,7 @@ read as a whole: the reader sees only a window of it. The threshold
 
     .venv/bin/python benchmarks/module_fold.py --json module_fold.json   # ~2 min
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,11 +20,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimus.run import optimize  # noqa: E402
-from viz.graph import _drawable, step_picture  # noqa: E402
+from optimus_lens.run import optimize  # noqa: E402
+from optimus_lens.viz.graph import _drawable, step_picture  # noqa: E402
 
-SAMPLES = ("recsys_towers", "transformer_block", "swish_mlp", "deepfm", "twin_towers", "mmoe", "recsys_towers32",
-           "bert", "gpt2")
+SAMPLES = (
+    "recsys_towers",
+    "transformer_block",
+    "swish_mlp",
+    "deepfm",
+    "twin_towers",
+    "mmoe",
+    "recsys_towers32",
+    "bert",
+    "gpt2",
+)
 PANE_W, PANE_H = 600.0, 520.0
 
 
@@ -42,9 +52,18 @@ def measure(name: str, max_steps: int) -> list[dict]:
         drawable = max(_drawable(trace.before(i), None, True), _drawable(trace.after(i), None, True))
         off = step_picture(trace, i, modules=False)
         on = step_picture(trace, i, modules=True)
-        rows.append({"model": name, "step": i, "drawable": drawable, "drawn_off": off.diff.shown,
-                     "drawn_on": on.diff.shown, "fit_px_off": round(fit_px(off.layout), 1),
-                     "fit_px_on": round(fit_px(on.layout), 1), "modules_folded": len(on.diff.modules)})
+        rows.append(
+            {
+                "model": name,
+                "step": i,
+                "drawable": drawable,
+                "drawn_off": off.diff.shown,
+                "drawn_on": on.diff.shown,
+                "fit_px_off": round(fit_px(off.layout), 1),
+                "fit_px_on": round(fit_px(on.layout), 1),
+                "modules_folded": len(on.diff.modules),
+            }
+        )
     return rows
 
 

@@ -5,32 +5,33 @@ For each sample (default: mmoe, twin_towers, deepfm), in one process:
 * capture the Dynamo pre-grad graph;
 * **ours**: ``default_pipeline()`` (global search), verified at the end, keeping the graph
   after every pass; then **ours + prepack**: the same graph with its parameter stacks
-  folded into constants once (:mod:`optimus.prepack`, inference);
+  folded into constants once (:mod:`optimus_lens.prepack`, inference);
 * **upstream**: ``torch._inductor.fx_passes.pre_grad.pre_grad_passes`` with
   ``UPSTREAM_OPTIONS`` (every pre-grad batch fusion our pipeline runs, with upstream's
   defaults, plus normalization and the split/cat passes), through
-  :func:`optimus.inductor.run_upstream`;
+  :func:`optimus_lens.inductor.run_upstream`;
 * **reference**: the sample's hand-fused module (``optimus_reference()``: weights packed
   once, every parallel op batched), the bound; for twin_towers also **reference, towers
   only** (the towers hand-fused, the per-tower normalize / product / sum tail as in the
   model: the bound for fusions of the towers, as no Optimus pass fuses that tail);
 * time all of them and the graph after each pass that made a step **round-robin in the
-  same run** (:func:`optimus.bench.measure`: one sample of each per round, each sample a
+  same run** (:func:`optimus_lens.bench.measure`: one sample of each per round, each sample a
   batch of calls of at least ~2 ms, the thread's CPU time as the clock), torch at one
   thread unless ``--threads``; median and p10..p90 (ms), speedup = captured median / median.
 
 Prints a Markdown table (nodes before/after, steps by pattern, speedups with p10..p90),
-then for every pass that made a step its estimated effect (:mod:`optimus.profit`) against
+then for every pass that made a step its estimated effect (:mod:`optimus_lens.profit`) against
 the measured one (the median per-round ratio to the stage before, as a time saved per
 call, with its p10..p90) and how often the two have the same sign, over all passes and
 over those whose measured effect is beyond the noise (p10..p90 of the ratio excludes 1);
-passes flagged as slowdowns (:attr:`optimus.bench.StageTiming.slowdown`) are marked.
+passes flagged as slowdowns (:attr:`optimus_lens.bench.StageTiming.slowdown`) are marked.
 With ``--json``, the raw figures. Run::
 
     .venv/bin/python benchmarks/real_models.py --repeats 60
     .venv/bin/python benchmarks/real_models.py --paired 400 --samples twin_towers,mmoe
     .venv/bin/python benchmarks/real_models.py --profile
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,19 +45,29 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import sample_models  # noqa: E402
-from optimus.bench import Stage, measure as measure_stages  # noqa: E402
-from optimus.capture import capture  # noqa: E402
-from optimus.engine import Engine, RunOptions, copy_graph_module  # noqa: E402
-from optimus.inductor import run_upstream  # noqa: E402
-from optimus.passes import default_pipeline  # noqa: E402
-from optimus.prepack import prepack  # noqa: E402
-from optimus.profit import pass_estimates  # noqa: E402
+from optimus_lens import sample_models  # noqa: E402
+from optimus_lens.bench import Stage  # noqa: E402
+from optimus_lens.bench import measure as measure_stages
+from optimus_lens.capture import capture  # noqa: E402
+from optimus_lens.engine import Engine, RunOptions, copy_graph_module  # noqa: E402
+from optimus_lens.inductor import run_upstream  # noqa: E402
+from optimus_lens.passes import default_pipeline  # noqa: E402
+from optimus_lens.prepack import prepack  # noqa: E402
+from optimus_lens.profit import pass_estimates  # noqa: E402
 
 UPSTREAM_OPTIONS = {
-    "normalization_pass": {}, "batch_linear_lhs": {}, "batch_linear": {}, "batch_layernorm": {}, "batch_tanh": {},
-    "batch_sigmoid": {}, "batch_relu": {}, "merge_splits_pass": {}, "split_cat_pass": {}, "unbind_stack_pass": {},
-    "merge_getitem_cat_pass": {}, "mutate_cat_pass": {},
+    "normalization_pass": {},
+    "batch_linear_lhs": {},
+    "batch_linear": {},
+    "batch_layernorm": {},
+    "batch_tanh": {},
+    "batch_sigmoid": {},
+    "batch_relu": {},
+    "merge_splits_pass": {},
+    "split_cat_pass": {},
+    "unbind_stack_pass": {},
+    "merge_getitem_cat_pass": {},
+    "mutate_cat_pass": {},
 }
 SAMPLES = ("mmoe", "twin_towers", "deepfm")
 
@@ -68,7 +79,7 @@ def _references(name: str, model, inputs: tuple) -> list[Stage]:
         return []
     refs = [("reference", make())]
     if name == "twin_towers":
-        from sample_models.recsys_real import FusedTwinTowers
+        from optimus_lens.sample_models.recsys_real import FusedTwinTowers
 
         refs.append(("reference, towers only", FusedTwinTowers(model, fuse_tail=False)))
     out = []
@@ -107,20 +118,34 @@ def measure(name: str, repeats: int) -> dict:
         prev_ms = timing[cur.previous].median_ms
         saved = lambda r, prev_ms=prev_ms: prev_ms * (1 - 1 / r) * 1e3  # noqa: E731 - us saved per call at ratio r
         beyond = not (cur.vs_previous_p10 <= 1.0 <= cur.vs_previous_p90)
-        checks.append({"pass": pname, "estimate_us": round(est.us, 1), "measured_us": round(saved(cur.vs_previous), 1),
-                       "measured_p10_us": round(saved(cur.vs_previous_p10), 1),
-                       "measured_p90_us": round(saved(cur.vs_previous_p90), 1), "beyond_noise": beyond,
-                       "slowdown": cur.slowdown, "same_sign": (est.us >= 0) == (cur.vs_previous >= 1.0)})
+        checks.append(
+            {
+                "pass": pname,
+                "estimate_us": round(est.us, 1),
+                "measured_us": round(saved(cur.vs_previous), 1),
+                "measured_p10_us": round(saved(cur.vs_previous_p10), 1),
+                "measured_p90_us": round(saved(cur.vs_previous_p90), 1),
+                "beyond_noise": beyond,
+                "slowdown": cur.slowdown,
+                "same_sign": (est.us >= 0) == (cur.vs_previous >= 1.0),
+            }
+        )
     refs = [s for s in t.stages if s.kind == "reference"]
     return {
-        "checks": checks, "model": name, "nodes_before": len(c.gm.graph.nodes), "nodes_ours": len(ours.graph.nodes),
-        "nodes_ours_prepack": len(packed.graph.nodes), "nodes_upstream": up.nodes_after,
+        "checks": checks,
+        "model": name,
+        "nodes_before": len(c.gm.graph.nodes),
+        "nodes_ours": len(ours.graph.nodes),
+        "nodes_ours_prepack": len(packed.graph.nodes),
+        "nodes_upstream": up.nodes_after,
         "steps": dict(Counter(s.pattern for s in trace.steps)),
         "upstream_fusions": {k: v for k, v in up.fusions.items() if v},
         "references": [r.stage for r in refs],
-        **{f"{k}_{f}": getattr(timing[k], f)
-           for k in ("captured", "ours", "ours_prepack", "upstream", *[r.stage for r in refs])
-           for f in ("median_ms", "p10_ms", "p90_ms", "speedup")},
+        **{
+            f"{k}_{f}": getattr(timing[k], f)
+            for k in ("captured", "ours", "ours_prepack", "upstream", *[r.stage for r in refs])
+            for f in ("median_ms", "p10_ms", "p90_ms", "speedup")
+        },
     }
 
 
@@ -144,8 +169,10 @@ def profile(name: str, calls: int = 200, top: int = 8) -> str:
                     gm(*ins)
         ev = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
         total = sum(e.self_cpu_time_total for e in ev) / calls
-        ops = ", ".join(f"{e.key.replace('aten::', '')} {e.self_cpu_time_total / calls:.0f}"
-                        f" (x{e.count / calls:g})" for e in ev[:top])
+        ops = ", ".join(
+            f"{e.key.replace('aten::', '')} {e.self_cpu_time_total / calls:.0f} (x{e.count / calls:g})"
+            for e in ev[:top]
+        )
         out.append(f"  {label:24s} total {total:6.0f}: {ops}")
     return "\n".join(out)
 
@@ -179,13 +206,17 @@ def paired(name: str, rounds: int, calls: int = 5) -> str:
                     gm(*ins)
                 samples[label].append((time.thread_time() - t0) / calls * 1e3)
     base = samples["captured"]
-    out = [f"== {name}: {rounds} paired rounds of {calls} calls, load average {load:.1f} before, "
-           f"{os.getloadavg()[0]:.1f} after"]
+    out = [
+        f"== {name}: {rounds} paired rounds of {calls} calls, load average {load:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after"
+    ]
     for label, xs in samples.items():
         rs = sorted(b / a for b, a in zip(base, xs))
-        out.append(f"  {label:24s} median {statistics.median(xs):.3f} ms  speedup {rs[len(rs) // 2]:.2f}x "
-                   f"(p10..p90 {rs[len(rs) // 10]:.2f}..{rs[9 * len(rs) // 10]:.2f}; fastest rounds "
-                   f"{min(base) / min(xs):.2f}x)")
+        out.append(
+            f"  {label:24s} median {statistics.median(xs):.3f} ms  speedup {rs[len(rs) // 2]:.2f}x "
+            f"(p10..p90 {rs[len(rs) // 10]:.2f}..{rs[9 * len(rs) // 10]:.2f}; fastest rounds "
+            f"{min(base) / min(xs):.2f}x)"
+        )
     return "\n".join(out)
 
 
@@ -195,17 +226,21 @@ def table(rows: list[dict]) -> str:
         lo, hi = c / r[f"{k}_p90_ms"], c / r[f"{k}_p10_ms"]
         return f"{r[f'{k}_speedup']:.2f}x ({lo:.2f}..{hi:.2f})"
 
-    out = ["| model | nodes captured -> ours (+prepack) / upstream | our steps by pattern | upstream rewrites by pass | "
-           "captured ms (p10..p90) | ours speedup (p10..p90) | ours + prepack | upstream | hand-fused bound |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| model | nodes captured -> ours (+prepack) / upstream | our steps by pattern | upstream rewrites by pass | "
+        "captured ms (p10..p90) | ours speedup (p10..p90) | ours + prepack | upstream | hand-fused bound |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         steps = ", ".join(f"{k} {v}" for k, v in r["steps"].items())
         ups = ", ".join(f"{k} {v}" for k, v in r["upstream_fusions"].items()) or "none"
         refs = "; ".join(f"{k}: {cell(r, k)}" for k in r["references"]) or "-"
-        out.append(f"| {r['model']} | {r['nodes_before']} -> {r['nodes_ours']} ({r['nodes_ours_prepack']}) / "
-                   f"{r['nodes_upstream']} | {steps} | {ups} | {r['captured_median_ms']:.3f} "
-                   f"({r['captured_p10_ms']:.3f}..{r['captured_p90_ms']:.3f}) | {cell(r, 'ours')} | "
-                   f"{cell(r, 'ours_prepack')} | {cell(r, 'upstream')} | {refs} |")
+        out.append(
+            f"| {r['model']} | {r['nodes_before']} -> {r['nodes_ours']} ({r['nodes_ours_prepack']}) / "
+            f"{r['nodes_upstream']} | {steps} | {ups} | {r['captured_median_ms']:.3f} "
+            f"({r['captured_p10_ms']:.3f}..{r['captured_p90_ms']:.3f}) | {cell(r, 'ours')} | "
+            f"{cell(r, 'ours_prepack')} | {cell(r, 'upstream')} | {refs} |"
+        )
     return "\n".join(out)
 
 
@@ -216,8 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1; 0: torch's default)")
     ap.add_argument("--json", help="write the rows as JSON here")
     ap.add_argument("--profile", action="store_true", help="only print where the time goes, op by op")
-    ap.add_argument("--paired", type=int, metavar="ROUNDS",
-                    help="only time the final graphs and the bounds, per-round ratios over ROUNDS rounds")
+    ap.add_argument(
+        "--paired",
+        type=int,
+        metavar="ROUNDS",
+        help="only time the final graphs and the bounds, per-round ratios over ROUNDS rounds",
+    )
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -228,21 +267,27 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     rows = [measure(n.strip(), a.repeats) for n in a.samples.split(",") if n.strip()]
     clock = "thread CPU time" if torch.get_num_threads() == 1 else "wall clock"
-    print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} thread(s), {clock}, {a.repeats} rounds; "
-          f"load average {load[0]:.1f} before, {os.getloadavg()[0]:.1f} after ({os.cpu_count()} cores); "
-          "speedup = captured median / median; in brackets captured median / p90 .. / p10")
+    print(
+        f"torch {torch.__version__}, CPU, {torch.get_num_threads()} thread(s), {clock}, {a.repeats} rounds; "
+        f"load average {load[0]:.1f} before, {os.getloadavg()[0]:.1f} after ({os.cpu_count()} cores); "
+        "speedup = captured median / median; in brackets captured median / p90 .. / p10"
+    )
     print(table(rows))
     checks = [c for r in rows for c in r["checks"]]
     right = sum(c["same_sign"] for c in checks)
     clear = [c for c in checks if c["beyond_noise"]]
-    print(f"\nestimate (optimus.profit) vs measured effect per pass: same sign in {right} of {len(checks)} passes; "
-          f"{sum(c['same_sign'] for c in clear)} of {len(clear)} whose measured effect is beyond the noise")
+    print(
+        f"\nestimate (optimus_lens.profit) vs measured effect per pass: same sign in {right} of {len(checks)} passes; "
+        f"{sum(c['same_sign'] for c in clear)} of {len(clear)} whose measured effect is beyond the noise"
+    )
     for r in rows:
         for c in r["checks"]:
             flag = " SLOWDOWN" if c["slowdown"] else ""
-            print(f"  {r['model']:12s} {c['pass']:28s} estimate {c['estimate_us']:+8.1f} us  measured "
-                  f"{c['measured_us']:+8.1f} us ({c['measured_p10_us']:+.1f}..{c['measured_p90_us']:+.1f})  "
-                  f"{'ok' if c['same_sign'] else 'WRONG'}{'' if c['beyond_noise'] else ' (within noise)'}{flag}")
+            print(
+                f"  {r['model']:12s} {c['pass']:28s} estimate {c['estimate_us']:+8.1f} us  measured "
+                f"{c['measured_us']:+8.1f} us ({c['measured_p10_us']:+.1f}..{c['measured_p90_us']:+.1f})  "
+                f"{'ok' if c['same_sign'] else 'WRONG'}{'' if c['beyond_noise'] else ' (within noise)'}{flag}"
+            )
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0

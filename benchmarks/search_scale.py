@@ -31,14 +31,15 @@ rise with graph size). Run::
 
     .venv/bin/python benchmarks/search_scale.py --sizes 5000,21000,85000 --json out.json
 """
+
 from __future__ import annotations
 
 import argparse
 import gc
 import json
 import math
-import statistics
 import operator
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -50,21 +51,37 @@ from torch.fx import Graph, GraphModule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimus.engine import Engine, RunOptions, copy_graph_module  # noqa: E402
-from optimus.passes import default_pipeline  # noqa: E402
-from optimus.record import snapshot_graph  # noqa: E402
-from optimus.trace import Trace  # noqa: E402
+from optimus_lens.engine import Engine, RunOptions, copy_graph_module  # noqa: E402
+from optimus_lens.passes import default_pipeline  # noqa: E402
+from optimus_lens.record import snapshot_graph  # noqa: E402
+from optimus_lens.trace import Trace  # noqa: E402
 
 UPSTREAM_OPTIONS = {
-    "batch_linear": {}, "batch_relu": {}, "batch_layernorm": {}, "batch_tanh": {}, "batch_sigmoid": {},
-    "normalization_pass": {}, "merge_splits_pass": {}, "split_cat_pass": {}, "unbind_stack_pass": {},
-    "merge_getitem_cat_pass": {}, "mutate_cat_pass": {},
+    "batch_linear": {},
+    "batch_relu": {},
+    "batch_layernorm": {},
+    "batch_tanh": {},
+    "batch_sigmoid": {},
+    "normalization_pass": {},
+    "merge_splits_pass": {},
+    "split_cat_pass": {},
+    "unbind_stack_pass": {},
+    "merge_getitem_cat_pass": {},
+    "mutate_cat_pass": {},
 }
-TIMES = ("upstream_s", "upstream_cpu_s", "ours_s", "ours_cpu_s", "ours_recording_s", "ours_recording_cpu_s",
-         "fx_copy_s", "fx_copy_cpu_s")
+TIMES = (
+    "upstream_s",
+    "upstream_cpu_s",
+    "ours_s",
+    "ours_cpu_s",
+    "ours_recording_s",
+    "ours_recording_cpu_s",
+    "fx_copy_s",
+    "fx_copy_cpu_s",
+)
 TOWERS = 128  # T: default number of towers
-WIDTH = 8   # D: features per tower
-BATCH = 4   # B: rows
+WIDTH = 8  # D: features per tower
+BATCH = 4  # B: rows
 
 _SOURCE = 'File "towers.py", line {line}, in forward\n    {code}\n'
 
@@ -114,23 +131,51 @@ def build_towers(towers: int, layers: int, width: int = WIDTH, batch: int = BATC
         for i in range(layers):
             mod = f"towers.{t}.fc{i}"
             pre = f"l_self_modules_towers_modules_{t}_modules_fc{i}_parameters_"
-            ws.append((placeholder(pre + "weight_", (width, width), mod, torch.nn.Linear),
-                       placeholder(pre + "bias_", (width,), mod, torch.nn.Linear)))
+            ws.append(
+                (
+                    placeholder(pre + "weight_", (width, width), mod, torch.nn.Linear),
+                    placeholder(pre + "bias_", (width,), mod, torch.nn.Linear),
+                )
+            )
         mod = f"towers.{t}.norm"
         pre = f"l_self_modules_towers_modules_{t}_modules_norm_parameters_"
-        params.append((ws, placeholder(pre + "weight_", (width,), mod, torch.nn.LayerNorm),
-                       placeholder(pre + "bias_", (width,), mod, torch.nn.LayerNorm)))
+        params.append(
+            (
+                ws,
+                placeholder(pre + "weight_", (width,), mod, torch.nn.LayerNorm),
+                placeholder(pre + "bias_", (width,), mod, torch.nn.LayerNorm),
+            )
+        )
     split = call(torch.split, (x, width), {"dim": 1}, line=3, code="pieces = torch.split(x, W, dim=1)")
     outs = []
     for t, (ws, lw, lb) in enumerate(params):
         h = call(operator.getitem, (split, t), line=3, code="pieces = torch.split(x, W, dim=1)")
         for i, (w, b) in enumerate(ws):
-            h = call(torch._C._nn.linear, (h, w, b), module=f"towers.{t}.fc{i}", cls=torch.nn.Linear,
-                     line=5, code="h = fc(h)")
-            h = call(F.relu, (h,), {"inplace": False}, module=f"towers.{t}.act{i}", cls=torch.nn.ReLU,
-                     line=6, code="h = act(h)")
-        h = call(F.layer_norm, (h, (width,), lw, lb, 1e-05), module=f"towers.{t}.norm", cls=torch.nn.LayerNorm,
-                 line=7, code="h = norm(h)")
+            h = call(
+                torch._C._nn.linear,
+                (h, w, b),
+                module=f"towers.{t}.fc{i}",
+                cls=torch.nn.Linear,
+                line=5,
+                code="h = fc(h)",
+            )
+            h = call(
+                F.relu,
+                (h,),
+                {"inplace": False},
+                module=f"towers.{t}.act{i}",
+                cls=torch.nn.ReLU,
+                line=6,
+                code="h = act(h)",
+            )
+        h = call(
+            F.layer_norm,
+            (h, (width,), lw, lb, 1e-05),
+            module=f"towers.{t}.norm",
+            cls=torch.nn.LayerNorm,
+            line=7,
+            code="h = norm(h)",
+        )
         outs.append(h)
     out = call(torch.cat, (outs,), {"dim": 1}, line=8, code="return torch.cat(outs, dim=1)")
     g.output((out,))
@@ -165,8 +210,9 @@ def run_upstream(gm: GraphModule, inputs: tuple) -> tuple[float, float, int, dic
 
 def run_ours(gm: GraphModule, inputs: tuple, record: bool) -> tuple[float, float, int, Trace]:
     """(wall s, CPU s, nodes after, trace) for our default pipeline on ``gm``."""
-    trace, wall, cpu = _timed(lambda: Engine(gm, inputs, default_pipeline(),
-                                             RunOptions(verify="off", record=record)).run())
+    trace, wall, cpu = _timed(
+        lambda: Engine(gm, inputs, default_pipeline(), RunOptions(verify="off", record=record)).run()
+    )
     return wall, cpu, len(gm.graph.nodes), trace
 
 
@@ -253,8 +299,10 @@ def report_row(prev: dict | None, r: dict) -> str:
     up, upc = r["upstream_s"], r["upstream_cpu_s"]
     lines.append(f"== {r['nodes']} nodes ({r['towers']} towers x {r['layers']} layers)")
     if up is not None:
-        lines.append(f"  upstream pre_grad_passes  wall {up:8.3f} s  cpu {upc:8.3f} s"
-                     f"                              nodes after {r['nodes_after_upstream']}")
+        lines.append(
+            f"  upstream pre_grad_passes  wall {up:8.3f} s  cpu {upc:8.3f} s"
+            f"                              nodes after {r['nodes_after_upstream']}"
+        )
         lines.append(f"    upstream counters: {r['upstream_counters']}")
     for name, label in (("ours", "ours (record off)"), ("ours_recording", "ours (record on) ")):
         w, c = r[name + "_s"], r[name + "_cpu_s"]
@@ -262,19 +310,29 @@ def report_row(prev: dict | None, r: dict) -> str:
         after = f"  nodes after {r['nodes_after_ours']}" if name == "ours" else f"  steps {r['steps']}"
         lines.append(f"  {label}         wall {w:8.3f} s  cpu {c:8.3f} s{ratio}{after}")
     runs = len(r["samples"]["ours_s"])
-    lines.append(f"    (best of {runs}; medians: " + ", ".join(
-        f"{k} {r[k + '_median_s']:.3f} s" for k in ("upstream", "ours", "ours_recording") if r[k + "_median_s"]) + ")")
+    lines.append(
+        f"    (best of {runs}; medians: "
+        + ", ".join(
+            f"{k} {r[k + '_median_s']:.3f} s" for k in ("upstream", "ours", "ours_recording") if r[k + "_median_s"]
+        )
+        + ")"
+    )
     lines.append(f"    O(nodes) control, FX graph copy (copy_graph_module): median {r['fx_copy_median_s']:.3f} s")
     lines.append(f"    our steps by pattern: {r['ours_patterns']}")
-    lines.append(f"  trace JSON {r['trace_bytes']:,} B; one snapshot {r['snapshot_bytes']:,} B "
-                 f"(trace/snapshot {r['trace_bytes'] / r['snapshot_bytes']:.2f}); "
-                 f"worst step before+after rebuild {r['rebuild_max_s'] * 1e3:.1f} ms")
+    lines.append(
+        f"  trace JSON {r['trace_bytes']:,} B; one snapshot {r['snapshot_bytes']:,} B "
+        f"(trace/snapshot {r['trace_bytes'] / r['snapshot_bytes']:.2f}); "
+        f"worst step before+after rebuild {r['rebuild_max_s'] * 1e3:.1f} ms"
+    )
     if prev is not None:
         nodes = r["nodes"] / prev["nodes"]
         lines.append(f"  growth vs previous size (x{nodes:.2f} nodes), raw -> scaled to 4x the nodes:")
         for kind, suffix in (("best", "_s"), ("median", "_median_s")):
-            g = {k: r[k + suffix] / prev[k + suffix] for k in ("upstream", "ours", "ours_recording", "fx_copy")
-                 if r[k + suffix] and prev[k + suffix]}
+            g = {
+                k: r[k + suffix] / prev[k + suffix]
+                for k in ("upstream", "ours", "ours_recording", "fx_copy")
+                if r[k + suffix] and prev[k + suffix]
+            }
             per4 = {k: 4 ** (math.log(v) / math.log(nodes)) for k, v in g.items()}
             r[f"growth_{kind}"], r[f"growth_{kind}_per_4x"] = g, per4
             lines.append(f"    {kind:6s} " + ", ".join(f"{k} x{v:.2f} -> x{per4[k]:.2f}" for k, v in g.items()))
@@ -287,8 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per size (best is reported)")
     ap.add_argument("--json", help="write the rows as JSON to this path")
     ap.add_argument("--towers", type=int, default=TOWERS, help="towers T (the graph grows in layers)")
-    ap.add_argument("--upstream-repeat", help="runs of upstream per size, one number or one per size "
-                    "(default: --repeat; upstream takes many minutes at 85k nodes), e.g. 3,3,1")
+    ap.add_argument(
+        "--upstream-repeat",
+        help="runs of upstream per size, one number or one per size "
+        "(default: --repeat; upstream takes many minutes at 85k nodes), e.g. 3,3,1",
+    )
     ap.add_argument("--no-upstream", action="store_true", help="skip upstream (profiling our side only)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)  # neither side computes on real tensors; keeps CPU time = work

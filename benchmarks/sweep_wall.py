@@ -5,13 +5,14 @@ benchmarks/sweep_configs.json``, once per executor into a fresh directory each
 (``--workers 1``, ``--workers 2``, optionally ``--ray local``), prints one line per
 executor: wall time (s), runs, statuses, and the load average before and after (the
 machine may be shared); then checks that every executor whose directory is in ``--out``
-(from this run or an earlier one) wrote the same rows (:func:`optimus.sweep.comparable`:
+(from this run or an earlier one) wrote the same rows (:func:`optimus_lens.sweep.comparable`:
 timing and host fields left out).
 
     .venv/bin/python benchmarks/sweep_wall.py [--ray] [--reports] [--out DIR] [--only ray]
 
 Exit status 0 whether or not the rows agree (a measurement); the verdict is printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,23 +28,42 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimus.sweep import Results, comparable  # noqa: E402
+from optimus_lens.sweep import Results, comparable  # noqa: E402
 
 CONFIGS = ROOT / "benchmarks" / "sweep_configs.json"
 
 
 def run(name: str, extra: list[str], out: Path, reports: bool) -> dict:
-    cmd = [sys.executable, "-m", "optimus", "sweep", "sample:*", "hf:*", "--configs", str(CONFIGS), "--out",
-           str(out / name), "--quiet", *extra, *([] if reports else ["--no-reports"])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "optimus_lens",
+        "sweep",
+        "sample:*",
+        "hf:*",
+        "--configs",
+        str(CONFIGS),
+        "--out",
+        str(out / name),
+        "--quiet",
+        *extra,
+        *([] if reports else ["--no-reports"]),
+    ]
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True)
     wall = time.perf_counter() - t0
     rows = Results(out / name).rows()
-    res = {"executor": name, "wall_s": round(wall, 1), "exit": p.returncode, "runs": len(rows),
-           "status": dict(Counter(r["status"] for r in rows.values())), "load_before": [round(x, 2) for x in load0],
-           "load_after": [round(x, 2) for x in os.getloadavg()],
-           "run_s_sum": round(sum(r["wall_s"] or 0 for r in rows.values()), 1)}
+    res = {
+        "executor": name,
+        "wall_s": round(wall, 1),
+        "exit": p.returncode,
+        "runs": len(rows),
+        "status": dict(Counter(r["status"] for r in rows.values())),
+        "load_before": [round(x, 2) for x in load0],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "run_s_sum": round(sum(r["wall_s"] or 0 for r in rows.values()), 1),
+    }
     print(json.dumps(res), flush=True)
     if p.returncode not in (0, 1):
         print(p.stderr[-3000:], file=sys.stderr)
@@ -55,8 +75,7 @@ def main() -> int:
     ap.add_argument("--ray", action="store_true", help="also run it as Ray tasks (--ray local, 2 CPUs)")
     ap.add_argument("--reports", action="store_true", help="write every run's HTML report too")
     ap.add_argument("--out", help="keep the sweep directories here (default: a temporary directory)")
-    ap.add_argument("--only", choices=["1", "2", "ray"], action="append",
-                    help="run only these executors (repeatable)")
+    ap.add_argument("--only", choices=["1", "2", "ray"], action="append", help="run only these executors (repeatable)")
     a = ap.parse_args()
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="sweep_wall_"))
     plan = [("workers-1", ["--workers", "1"]), ("workers-2", ["--workers", "2"])]

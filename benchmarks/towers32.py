@@ -1,6 +1,6 @@
 """The towers table of benchmarks/RESULTS.md: recsys_towers32 on CPU, one thread, one run.
 
-Stages timed side by side (round-robin, :mod:`optimus.bench`): the captured FX graph,
+Stages timed side by side (round-robin, :mod:`optimus_lens.bench`): the captured FX graph,
 PyTorch's own pre-grad passes with the equivalent ``pre_grad_fusion_options``, our
 default pipeline, our pipeline with pre-packed weights, and the hand-fused reference.
 Prints the table (µs, ratio to the captured graph, estimated peak memory) and checks
@@ -14,6 +14,7 @@ the CPU targets of the towers issue:
 Exit status 0 whether or not a target holds (it is a measurement, not a test); the
 verdicts are printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,11 +27,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimus.bench import bench_pipeline  # noqa: E402
+from optimus_lens.bench import bench_pipeline  # noqa: E402
 
-LABELS = {"baseline": "captured FX graph", "upstream": "after PyTorch's own pre-grad passes",
-          "pipeline": "after our default pipeline", "prepack_weights": "... with pre-packed weights",
-          "reference": "hand-fused reference"}
+LABELS = {
+    "baseline": "captured FX graph",
+    "upstream": "after PyTorch's own pre-grad passes",
+    "pipeline": "after our default pipeline",
+    "prepack_weights": "... with pre-packed weights",
+    "reference": "hand-fused reference",
+}
 ORDER = ["baseline", "upstream", "pipeline", "prepack_weights", "reference"]
 
 
@@ -38,15 +43,18 @@ def table(r) -> list[str]:
     """Markdown rows: graph, µs (median, p10..p90), vs captured, estimated peak MiB (and compiled µs)."""
     compiled = r.stages[0].compiled_median_ms is not None
     head = "| graph | µs, median (p10..p90) | vs captured graph | est. peak MiB |" + (
-        " compiled µs | compiled vs captured |" if compiled else "")
+        " compiled µs | compiled vs captured |" if compiled else ""
+    )
     rows = [head, "|---" * (head.count("|") - 1) + "|"]
     base = r.stage("baseline")
     for name in ORDER:
         s = r.stage(name)
         if s is None:
             continue
-        row = (f"| {LABELS[name]} | {s.median_ms * 1e3:.1f} ({s.p10_ms * 1e3:.1f}..{s.p90_ms * 1e3:.1f}) | "
-               f"{base.median_ms / s.median_ms:.2f}x | {s.peak_bytes / 2**20:.2f} |")
+        row = (
+            f"| {LABELS[name]} | {s.median_ms * 1e3:.1f} ({s.p10_ms * 1e3:.1f}..{s.p90_ms * 1e3:.1f}) | "
+            f"{base.median_ms / s.median_ms:.2f}x | {s.peak_bytes / 2**20:.2f} |"
+        )
         if compiled:
             row += f" {s.compiled_median_ms * 1e3:.1f} | {base.compiled_median_ms / s.compiled_median_ms:.2f}x |"
         rows.append(row)
@@ -58,10 +66,14 @@ def verdicts(r) -> list[str]:
     out = []
     if ref is not None:
         ratio = ref.median_ms / ours.median_ms
-        out.append(f"speed vs hand-fused reference: {ratio:.3f}x (target >= 0.95): {'holds' if ratio >= 0.95 else 'MISSED'}")
+        out.append(
+            f"speed vs hand-fused reference: {ratio:.3f}x (target >= 0.95): {'holds' if ratio >= 0.95 else 'MISSED'}"
+        )
     mem = ours.peak_bytes / base.peak_bytes
-    out.append(f"estimated peak memory vs captured: {ours.peak_bytes:,} / {base.peak_bytes:,} B = {mem:.3f}x "
-               f"(target <= 1): {'holds' if mem <= 1 else 'MISSED'}")
+    out.append(
+        f"estimated peak memory vs captured: {ours.peak_bytes:,} / {base.peak_bytes:,} B = {mem:.3f}x "
+        f"(target <= 1): {'holds' if mem <= 1 else 'MISSED'}"
+    )
     up = r.stage("upstream")
     if up is not None:
         out.append(f"ours vs upstream: {up.median_ms / ours.median_ms:.2f}x")
@@ -76,10 +88,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json")
     a = ap.parse_args(argv)
-    r = bench_pipeline("sample:recsys_towers32", repeats=a.repeats, mode=a.mode, compile=a.compile,
-                       against_upstream=True, final_only=True, threads=a.threads, device="cpu")
-    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {r.threads} thread(s), "
-          f"{r.mode}, {r.method}, {a.repeats} interleaved rounds")
+    r = bench_pipeline(
+        "sample:recsys_towers32",
+        repeats=a.repeats,
+        mode=a.mode,
+        compile=a.compile,
+        against_upstream=True,
+        final_only=True,
+        threads=a.threads,
+        device="cpu",
+    )
+    print(
+        f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {r.threads} thread(s), "
+        f"{r.mode}, {r.method}, {a.repeats} interleaved rounds"
+    )
     print("\n".join(table(r)))
     print("\n".join(verdicts(r)))
     warn = r.noise_warning()

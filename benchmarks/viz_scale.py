@@ -29,6 +29,7 @@ offers), each built, laid out and drawn (``render_s`` includes the fallback when
 
     .venv/bin/python benchmarks/viz_scale.py --sizes 2000,21000,85000 --json viz_scale.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,13 +48,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from search_scale import build_towers, shape_for  # noqa: E402
 
-from optimus.engine import Engine, RunOptions  # noqa: E402
-from optimus.passes import default_pipeline  # noqa: E402
-from optimus.record import snapshot_graph  # noqa: E402
-from optimus.trace import Trace  # noqa: E402
-from viz.graph import Marks, graph_view, is_param, render_view, step_picture  # noqa: E402
-from viz.index import users_at  # noqa: E402
-from viz.layout import draw_pinned  # noqa: E402
+from optimus_lens.engine import Engine, RunOptions  # noqa: E402
+from optimus_lens.passes import default_pipeline  # noqa: E402
+from optimus_lens.record import snapshot_graph  # noqa: E402
+from optimus_lens.trace import Trace  # noqa: E402
+from optimus_lens.viz.graph import Marks, graph_view, is_param, render_view, step_picture  # noqa: E402
+from optimus_lens.viz.index import users_at  # noqa: E402
+from optimus_lens.viz.layout import draw_pinned  # noqa: E402
 
 
 def towers_trace(nodes: int) -> Trace:
@@ -80,10 +81,18 @@ def step_times(trace: Trace, index: int) -> dict:
         draw_pinned(v.source)
     draw = time.perf_counter() - t0
     tm = pic.timings
-    return {"rebuild_s": tm["rebuild_s"], "index_s": tm["index_s"], "fold_s": tm["fold_s"],
-            "dot_build_s": tm["dot_build_s"], "dot_build_cpu_s": tm["dot_build_cpu_s"], "render_s": tm["layout_s"] + draw,
-            "drawn": max(v.shown for v in pic.views().values()), "fallback": pic.layout.method == "layered",
-            "sites": len(trace.step(index).sites), "step": f"{index}: {trace.step(index).pattern}"}
+    return {
+        "rebuild_s": tm["rebuild_s"],
+        "index_s": tm["index_s"],
+        "fold_s": tm["fold_s"],
+        "dot_build_s": tm["dot_build_s"],
+        "dot_build_cpu_s": tm["dot_build_cpu_s"],
+        "render_s": tm["layout_s"] + draw,
+        "drawn": max(v.shown for v in pic.views().values()),
+        "fallback": pic.layout.method == "layered",
+        "sites": len(trace.step(index).sites),
+        "step": f"{index}: {trace.step(index).pattern}",
+    }
 
 
 def measure_towers(nodes: int, max_steps: int | None) -> dict:
@@ -98,14 +107,23 @@ def measure_towers(nodes: int, max_steps: int | None) -> dict:
     users_at(trace, 0, trace.graph_at(0), is_param)  # once per trace, when it is opened
     index_s = time.perf_counter() - t0
     rows = [step_times(trace, i) for i in idx]
-    worst = {k: max(r[k] for r in rows) for k in ("rebuild_s", "index_s", "fold_s", "dot_build_s", "dot_build_cpu_s",
-                                                   "render_s", "drawn")}
+    worst = {
+        k: max(r[k] for r in rows)
+        for k in ("rebuild_s", "index_s", "fold_s", "dot_build_s", "dot_build_cpu_s", "render_s", "drawn")
+    }
     med = {f"median_{k}": statistics.median(r[k] for r in rows) for k in ("dot_build_s", "dot_build_cpu_s", "render_s")}
-    return {"graph": "towers", "nodes": trace.nodes_before, "steps": n, "steps_measured": len(idx),
-            **{k: round(v, 4) if isinstance(v, float) else v for k, v in {**worst, **med}.items()},
-            "slowest_dot_build_step": max(rows, key=lambda r: r["dot_build_s"])["step"],
-            "fallback_steps": sum(r["fallback"] for r in rows), "widest_fusion": max(r["sites"] for r in rows),
-            "index_build_s": round(index_s, 4), "build_and_optimise_s": round(built, 2)}
+    return {
+        "graph": "towers",
+        "nodes": trace.nodes_before,
+        "steps": n,
+        "steps_measured": len(idx),
+        **{k: round(v, 4) if isinstance(v, float) else v for k, v in {**worst, **med}.items()},
+        "slowest_dot_build_step": max(rows, key=lambda r: r["dot_build_s"])["step"],
+        "fallback_steps": sum(r["fallback"] for r in rows),
+        "widest_fusion": max(r["sites"] for r in rows),
+        "index_build_s": round(index_s, 4),
+        "build_and_optimise_s": round(built, 2),
+    }
 
 
 class SkipChain(torch.nn.Module):
@@ -129,17 +147,24 @@ def measure_chain(blocks: int) -> dict:
     snap = snapshot_graph(gm.graph)
     names = list(snap.nodes)
     mid = names[len(names) // 2]
-    views = {"first 300 nodes": dict(marks=None), "2-hop of a node": dict(marks=Marks(groups={mid: 0})),
-             "60-hop of a node": dict(marks=Marks(groups={mid: 0}), hops=60),
-             "2,000-node cut": dict(marks=None, max_nodes=2000)}
+    views = {
+        "first 300 nodes": dict(marks=None),
+        "2-hop of a node": dict(marks=Marks(groups={mid: 0})),
+        "60-hop of a node": dict(marks=Marks(groups={mid: 0}), hops=60),
+        "2,000-node cut": dict(marks=None, max_nodes=2000),
+    }
     out = {}
     for label, kw in views.items():
         t0 = time.perf_counter()
         v = graph_view(snap, legend_in_graph=False, **kw)
         build = time.perf_counter() - t0
         r = render_view(v)
-        out[label] = {"drawn": v.shown, "dot_build_s": round(build, 4), "render_s": round(r.seconds, 4),
-                      "fallback": bool(r.note)}
+        out[label] = {
+            "drawn": v.shown,
+            "dot_build_s": round(build, 4),
+            "render_s": round(r.seconds, 4),
+            "fallback": bool(r.note),
+        }
     worst = {k: max(o[k] for o in out.values()) for k in ("dot_build_s", "render_s")}
     return {"graph": "skip_chain", "nodes": len(snap), **worst, "fold_s": 0.0, "views": out}
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check of Optimus Lens: the CUDA tests, then `optimus bench` on recsys_towers32 and on
-# industrial-scale towers (sample_models.perf:industrial_towers), inference and training, eager
+# industrial-scale towers (optimus_lens.sample_models.perf:industrial_towers), inference and training, eager
 # and compiled (Inductor), against upstream's pre-grad passes and the hand-fused reference.
 #
 #   scripts/gpu_check.sh OUT_DIR
@@ -30,7 +30,7 @@ OUT=$1
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
-MODELS=${GPU_CHECK_MODELS:-"sample:recsys_towers32 sample_models.perf:industrial_towers"}
+MODELS=${GPU_CHECK_MODELS:-"sample:recsys_towers32 optimus_lens.sample_models.perf:industrial_towers"}
 MODES=${GPU_CHECK_MODES:-"inference training"}
 REPEATS=${GPU_CHECK_REPEATS:-50}
 COMPILE=${GPU_CHECK_COMPILE:-1}
@@ -73,7 +73,7 @@ for model in $MODELS; do
     name=${model##*:}
     for mode in $MODES; do
         echo "== bench $model $mode"
-        if timeout "$LIMIT" "$PY" -m optimus bench "$model" --mode "$mode" "${extra[@]}" \
+        if timeout "$LIMIT" "$PY" -m optimus_lens bench "$model" --mode "$mode" "${extra[@]}" \
                 --json "$OUT/bench_${name}_${mode}.json" > "$OUT/bench_${name}_${mode}.txt" 2>&1; then
             cat "$OUT/bench_${name}_${mode}.txt"
         else

@@ -1,5 +1,6 @@
 """The Streamlit app (app/main.py) driven headless with streamlit.testing's AppTest, and its
 session logic (app/state.py) directly."""
+
 from __future__ import annotations
 
 import json
@@ -9,11 +10,11 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from app import state as S
-from optimus.engine import PatternError
-from optimus.trace import Trace
+from optimus_lens.app import state as S
+from optimus_lens.engine import PatternError
+from optimus_lens.trace import Trace
 
-APP = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+APP = str(Path(__file__).resolve().parent.parent / "optimus_lens" / "app" / "main.py")
 TIMEOUT = 180
 
 
@@ -223,8 +224,10 @@ def test_graph_breaks_are_reported_with_a_graph_selector():
     cap = at.session_state.trace.capture
     assert cap["graphs"] == 2
     assert any("splits into **2 graphs**" in w.value for w in at.warning)
-    assert at.selectbox(key="graph_pick").options == ["graph 1 (" + str(cap["graph_nodes"][0]) + " nodes)",
-                                                      "graph 2 (" + str(cap["graph_nodes"][1]) + " nodes)"]
+    assert at.selectbox(key="graph_pick").options == [
+        "graph 1 (" + str(cap["graph_nodes"][0]) + " nodes)",
+        "graph 2 (" + str(cap["graph_nodes"][1]) + " nodes)",
+    ]
     other = 1 - cap["graph_index"]
     at.selectbox(key="graph_pick").set_value(other)
     [b for b in at.button if b.label == "Re-run on this graph"][0].click().run()

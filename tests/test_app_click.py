@@ -3,14 +3,15 @@ to the session (select in the inspector, open a folded module), and the app arou
 driven headless with AppTest — streamlit.testing cannot click inside a component, so the
 handler is called with the value the component sends, then the app reruns as after a
 click. The click itself in chromium: tests/test_browser.py."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
-from app import graphclick, inspector
 from test_app_debug import click_run, fresh
+
+from optimus_lens.app import graphclick, inspector
 
 
 def viewers(at) -> list[dict]:
@@ -19,7 +20,7 @@ def viewers(at) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def towers():
-    from optimus.run import optimize
+    from optimus_lens.run import optimize
 
     return optimize("sample:recsys_towers", verify="off").trace
 
@@ -38,7 +39,7 @@ def test_a_click_in_the_diff_picks_the_side_that_has_the_node(towers):
     fuse = next(s for s in towers.steps if s.pattern == "batch_layernorm")
     state = {}
     assert graphclick.on_pick(state, {"name": fuse.erased[0], "pane": 0}, towers, fuse.index, [None]) == "selected"
-    assert state[inspector.SIDE] == "before"                    # erased by the step: only the before graph has it
+    assert state[inspector.SIDE] == "before"  # erased by the step: only the before graph has it
     assert graphclick.on_pick(state, {"name": fuse.created[0], "pane": 0}, towers, fuse.index, [None]) == "selected"
     assert state[inspector.SIDE] == "after"
 
@@ -57,8 +58,10 @@ def test_a_click_on_no_node_of_the_graph_changes_nothing(towers):
         assert graphclick.on_pick(state, value, towers, 1, [0, 1]) == "ignored"
     fuse = next(s for s in towers.steps if s.pattern == "batch_layernorm")
     # a node the step erased, clicked in the after pane, is not there: ignored
-    assert graphclick.on_pick(state, {"name": fuse.erased[0], "pane": 1}, towers, fuse.index,
-                              [fuse.index - 1, fuse.index]) == "ignored"
+    assert (
+        graphclick.on_pick(state, {"name": fuse.erased[0], "pane": 1}, towers, fuse.index, [fuse.index - 1, fuse.index])
+        == "ignored"
+    )
     assert state == {}
 
 
@@ -71,20 +74,24 @@ def test_after_a_click_the_inspector_shows_the_node_and_every_view_outlines_it_a
     (view,) = viewers(at)
     assert view["selected"] is None and view["picked"] == ""
     # relu_7 feeds layer_norm_3: in both panes; clicked in the before pane
-    graphclick.on_pick(at.session_state, {"name": "relu_7", "pane": 0}, t, fuse.index,
-                       [fuse.index - 1, fuse.index])           # what the component's callback does
+    graphclick.on_pick(
+        at.session_state, {"name": "relu_7", "pane": 0}, t, fuse.index, [fuse.index - 1, fuse.index]
+    )  # what the component's callback does
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key=inspector.PICK).value == "relu_7"
     assert at.radio(key=inspector.SIDE).value == "before"
     text = "\n".join(m.value for m in at.markdown)
-    assert "**`relu_7`** = `call_function` `torch.nn.functional.relu`" in text and f"graph before step {fuse.index}" in text
+    assert (
+        "**`relu_7`** = `call_function` `torch.nn.functional.relu`" in text
+        and f"graph before step {fuse.index}" in text
+    )
     (view,) = viewers(at)
     assert view["selected"] == "relu_7" and view["picked"].startswith("Selected: relu_7 = relu(")
-    at.radio(key="picture").set_value("Diff").run()              # the diff view outlines it too
+    at.radio(key="picture").set_value("Diff").run()  # the diff view outlines it too
     (view,) = viewers(at)
     assert view["selected"] == "relu_7" and "Diff of step" in view["html"]
-    at.session_state["cur_step"] = fuse.index - 1                # still there one step earlier: kept
+    at.session_state["cur_step"] = fuse.index - 1  # still there one step earlier: kept
     at.run()
     assert at.selectbox(key=inspector.PICK).value == "relu_7"
     assert viewers(at)[0]["selected"] == "relu_7"
@@ -100,8 +107,8 @@ def test_why_not_panel_answers_for_a_node_after_a_fusion_step_and_for_a_node_an_
     at = click_run(fresh())
     t = at.session_state["trace"]
     first_cleanup = next(s for s in t.steps if s.pass_name == "split_cat_cleanup")
-    at.session_state["cur_step"] = first_cleanup.index           # after every batch fusion
-    at.session_state["inspect_node"] = "h"                       # the towers' cat, selected in the view
+    at.session_state["cur_step"] = first_cleanup.index  # after every batch fusion
+    at.session_state["inspect_node"] = "h"  # the towers' cat, selected in the view
     at.session_state["why_panel"] = True
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -133,8 +140,9 @@ def test_the_walk_clicking_the_view_that_upstreams_batch_layernorm_breaks_says_w
     """The issue's walk without the browser: upstream's batch_layernorm on the held-in input,
     flagged; a click on the `view` in the after pane; the inspector names the error, the
     rewired input and its real strides; the repro download is offered."""
-    from app import toggles
     from test_app_debug import held_in_app
+
+    from optimus_lens.app import toggles
 
     at = held_in_app(tmp_path)
     at.radio(key="pass_source").set_value(toggles.INDUCTOR).run()
@@ -146,8 +154,11 @@ def test_the_walk_clicking_the_view_that_upstreams_batch_layernorm_breaks_says_w
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key=inspector.PICK).value == "view"
-    assert any(e.value.startswith("`view` raises when the graph after step 1 runs") and "view size is not compatible"
-               in e.value for e in at.error)
+    assert any(
+        e.value.startswith("`view` raises when the graph after step 1 runs")
+        and "view size is not compatible" in e.value
+        for e in at.error
+    )
     (w,) = [w.value for w in at.warning if "reads its input's strides" in w.value]
     assert "`layer_norm` [4, 16] stride `[16, 1]`" in w and "it has stride `[80, 1]`" in w
     assert any("Download repro of step 1" in str(b.proto.label) for b in at.get("download_button"))

@@ -1,18 +1,19 @@
 """App step tools (app/toggles.py, app/upstream.py, app/debug.py) driven headless with AppTest: pass
 toggles that keep their panel and mark the view stale, the nearest step after a re-run, PyTorch
 Inductor's passes as a source, the code diff and the repro download."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
-
-from app import toggles
-from optimus.run import optimize
 from test_observe import HELD_IN  # the issue's held-in input, as a factory file
 
-APP = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+from optimus_lens.app import toggles
+from optimus_lens.run import optimize
+
+APP = str(Path(__file__).resolve().parent.parent / "optimus_lens" / "app" / "main.py")
 TIMEOUT = 180
 
 
@@ -60,14 +61,14 @@ def test_toggling_a_pass_keeps_the_panel_marks_the_view_stale_and_a_rerun_stays_
     assert "Passes" in labels and not any(toggles.STALE in w for w in warnings(at))
     assert "pass `batch_relu`" in heading(at)
     at.checkbox(key="pass:batch_linear").uncheck().run()
-    assert [e.label for e in at.expander] == labels                # same label: the panel stays open
+    assert [e.label for e in at.expander] == labels  # same label: the panel stays open
     assert any(toggles.STALE in w for w in warnings(at))
-    assert "pass `batch_relu`" in heading(at)                      # still the old trace until Run
+    assert "pass `batch_relu`" in heading(at)  # still the old trace until Run
     click_run(at)
     assert not any(toggles.STALE in w for w in warnings(at))
     t = at.session_state["trace"]
     assert "batch_linear" not in {s.pass_name for s in t.steps}
-    assert "pass `batch_relu`" in heading(at)                      # the nearest step of the same pass
+    assert "pass `batch_relu`" in heading(at)  # the nearest step of the same pass
     assert t.step(at.session_state["cur_step"]).pass_name == "batch_relu"
 
 
@@ -109,12 +110,12 @@ def broken_pipeline(monkeypatch):
     """The app's pipeline with a deliberately wrong pass (relu -> sigmoid) before the
     split/cat cleanup: our own passes keep every held-in input right, so a failing step
     has to be planted. Returns the wrong pass's first step in recsys_towers' run."""
-    import optimus.passes
+    import streamlit as st
     from test_bisect import with_broken_pass
 
-    import streamlit as st
+    import optimus_lens.passes
 
-    monkeypatch.setattr(optimus.passes, "default_pipeline", lambda **kw: with_broken_pass())
+    monkeypatch.setattr(optimus_lens.passes, "default_pipeline", lambda **kw: with_broken_pass())
     st.cache_resource.clear()  # the app caches its pipeline
     t = optimize("sample:recsys_towers", verify="step", pipeline=with_broken_pass()).trace
     yield t.failed_steps()[0].index
@@ -122,7 +123,7 @@ def broken_pipeline(monkeypatch):
 
 
 def test_bisect_button_finds_the_failing_step_of_an_unverified_run_and_jumps_to_it(broken_pipeline):
-    at = click_run(fresh())                                        # verify once at the end: it fails
+    at = click_run(fresh())  # verify once at the end: it fails
     t = at.session_state["trace"]
     assert t.final_verify.ok is False and not t.failed_steps()
     button(at, "bisect_btn").click().run()
@@ -169,9 +170,9 @@ def test_inspector_finds_a_node_follows_its_inputs_and_keeps_it_across_steps():
     assert "**`layer_norm_3`** = `call_function` `torch.nn.functional.layer_norm`" in text
     assert "towers.3.norm (LayerNorm)" in text and f"erased at step {fuse.index} (batch_layernorm" in text
     assert any("self.norm(" in c.value for c in at.code if c.language == "python")
-    button(at, "inspect_in:relu_7").click().run()                  # an input: select it
+    button(at, "inspect_in:relu_7").click().run()  # an input: select it
     assert at.selectbox(key="inspect_pick").value == "relu_7"
-    at.session_state["cur_step"] = fuse.index - 1                  # relu_7 still exists one step earlier
+    at.session_state["cur_step"] = fuse.index - 1  # relu_7 still exists one step earlier
     at.run()
     assert at.selectbox(key="inspect_pick").value == "relu_7"
     assert not at.exception
@@ -180,7 +181,7 @@ def test_inspector_finds_a_node_follows_its_inputs_and_keeps_it_across_steps():
 def test_a_pt2_exported_program_runs_from_the_factory_field(tmp_path):
     import torch
 
-    from optimus.run import load_model
+    from optimus_lens.run import load_model
 
     at = held_in_app(tmp_path)
 

@@ -1,4 +1,5 @@
 """The app's Sweep page (app/sweep_view.py) on a sweep directory, driven with AppTest."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,9 +7,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from optimus.sweep import DEFAULT_CONFIG, SweepConfig, SweepOptions, sweep
+from optimus_lens.sweep import DEFAULT_CONFIG, SweepConfig, SweepOptions, sweep
 
-APP = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+APP = str(Path(__file__).resolve().parent.parent / "optimus_lens" / "app" / "main.py")
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +35,15 @@ def test_the_sweep_page_opens_the_directory_given_and_tables_every_run(monkeypat
     assert at.session_state["page_choice"] == "Sweep"
     table = at.dataframe[0].value
     assert len(table) == 4 and set(table["status"]) == {"ok", "error"}
-    assert {"model", "config", "nodes before", "nodes after", "steps per pattern", "first failing step",
-            "error"} <= set(table.columns)
+    assert {
+        "model",
+        "config",
+        "nodes before",
+        "nodes after",
+        "steps per pattern",
+        "first failing step",
+        "error",
+    } <= set(table.columns)
     assert [m.value for m in at.metric][:3] == ["4", "2", "0"]
     at.multiselect(key="sweep_status").set_value(["error"]).run()
     assert len(at.dataframe[0].value) == 2
@@ -60,7 +68,7 @@ def test_a_directory_without_results_says_so(monkeypatch, tmp_path):
 
 
 def test_optimus_app_sweep_opens_the_directory_and_refuses_another(monkeypatch, sweep_dir, tmp_path, capsys):
-    from optimus import cli
+    from optimus_lens import cli
 
     seen = {}
     monkeypatch.setattr(cli.subprocess, "call", lambda cmd, env: seen.update(env=env) or 0)

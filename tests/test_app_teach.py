@@ -1,10 +1,11 @@
 """The Teach page (AppTest): pick a pattern, walk its slides with Previous/Next, scrub the
 search frames, reveal the exercise's why-not answer; presentation mode scales the text."""
+
 from streamlit.testing.v1 import AppTest
 
 
 def _teach() -> AppTest:
-    at = AppTest.from_file("../app/main.py", default_timeout=240)
+    at = AppTest.from_file("../optimus_lens/app/main.py", default_timeout=240)
     at.session_state["page_choice"] = "Teach"
     return at.run()
 
@@ -73,10 +74,10 @@ def test_presentation_switch_scales_the_text():
 
 
 def test_every_predefined_pattern_has_a_walkthrough_in_the_app(monkeypatch):
-    import app.teach
-    from optimus.teach import predefined
+    from optimus_lens.app import teach as app_teach
+    from optimus_lens.teach import predefined
 
-    monkeypatch.setattr(app.teach, "REPEATS", 1)  # the figures are checked in test_teach; here every page renders
+    monkeypatch.setattr(app_teach, "REPEATS", 1)  # the figures are checked in test_teach; here every page renders
     at = _teach()
     for name in predefined():
         at.selectbox(key="teach_pattern").set_value(name).run()

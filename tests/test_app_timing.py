@@ -1,11 +1,12 @@
 """The app's timing panel (app/timing.py): only passes with steps plotted, spread as error bars, noise warning."""
+
 import json
 
 from streamlit.testing.v1 import AppTest
 
 SCRIPT = """
-from optimus.bench import BenchResult, StageTiming
-from app.timing import show_result
+from optimus_lens.bench import BenchResult, StageTiming
+from optimus_lens.app.timing import show_result
 
 b = BenchResult("cpu", "wall-clock", [
     StageTiming("baseline", 10, 1.0, 0.9, 1.1, 5, kind="baseline"),

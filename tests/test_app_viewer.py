@@ -1,11 +1,12 @@
 """The step viewer's module folding and presentation mode in the app (AppTest)."""
+
 from __future__ import annotations
 
 import pytest
 from streamlit.testing.v1 import AppTest
-
-from app import modules as app_modules
 from test_app import APP, TIMEOUT, _viewer_pages, run
+
+from optimus_lens.app import modules as app_modules
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def test_modules_fold_by_default_on_a_big_model_and_open_from_the_control_and_by
 
 
 def test_presentation_is_one_switch_kept_in_session_state_with_the_colour_blind_safe_palette():
-    from viz.palette import PRESENTATION, STANDARD
+    from optimus_lens.viz.palette import PRESENTATION, STANDARD
 
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     assert at.session_state["presentation"] is False

@@ -1,17 +1,18 @@
 """Batch fusions beyond upstream's catalogue: batch_normalize groups independent F.normalize
 calls (the L2-normalised tower outputs of a retrieval model), shifts a front-counted dim past
 the stack dim, keeps values, gradients and strides, and never runs under upstream's pipeline."""
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import sample_models
-from optimus.capture import capture
-from optimus.engine import Engine, Pass, Pipeline, RunOptions
-from optimus.pattern import REGISTRY
-from optimus.passes import default_pipeline, upstream_pipeline
+from optimus_lens import sample_models
+from optimus_lens.capture import capture
+from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.passes import default_pipeline, upstream_pipeline
+from optimus_lens.pattern import REGISTRY
 
 
 def _run(model, inputs, pipe=None):
@@ -30,7 +31,7 @@ class Normalized(nn.Module):
     def forward(self, *xs):
         same = [F.normalize(x, dim=self.dim) for x in xs[:5]]
         other = [F.normalize(xs[5], p=1.0, dim=self.dim), F.normalize(xs[6], dim=self.dim, eps=1e-6)]
-        return torch.cat(same + other, dim=-1).view(-1)          # view: outputs' strides matter
+        return torch.cat(same + other, dim=-1).view(-1)  # view: outputs' strides matter
 
 
 def test_twin_towers_normalises_its_six_towers_once():
@@ -47,7 +48,7 @@ def test_front_counted_dims_shift_past_the_stack_and_only_equal_arguments_group(
         inputs = tuple(torch.randn(4, 8, 5, requires_grad=True) for _ in range(7))
         trace, gm = _run(Normalized(dim), inputs)
         (step,) = trace.steps
-        assert len(step.sites) == 5, dim                        # p=1 and eps=1e-6 stay apart
+        assert len(step.sites) == 5, dim  # p=1 and eps=1e-6 stay apart
         assert step.verify.ok and step.verify.checked == "outputs+grads", (dim, step.verify)
         (fused,) = [n for n in gm.graph.nodes if n.target is F.normalize and n.kwargs.get("p") == 2.0]
         assert fused.kwargs["dim"] == (dim + 1 if dim >= 0 else dim)

@@ -5,6 +5,7 @@ after every step, gradients included, so a fusion that changes any output or gra
 fails here. Negative tests check what must NOT be grouped: mixed dtypes, different
 constant arguments, members written in place, and members that depend on each other.
 """
+
 from __future__ import annotations
 
 import operator
@@ -14,14 +15,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import optimus.passes  # noqa: F401  (registers the shipped patterns)
-import sample_models
-from optimus.capture import capture
-from optimus.engine import Engine, Pass, Pipeline, RunOptions
-from optimus.passes import BATCH_PASSES
-from optimus.pattern import REGISTRY, SearchOptions, is_miss
-from optimus.record import module_path
-from sample_models.teaching_batch import Conv1D
+import optimus_lens.passes  # noqa: F401  (registers the shipped patterns)
+from optimus_lens import sample_models
+from optimus_lens.capture import capture
+from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.passes import BATCH_PASSES
+from optimus_lens.pattern import REGISTRY, SearchOptions, is_miss
+from optimus_lens.record import module_path
+from optimus_lens.sample_models.teaching_batch import Conv1D
 
 HAS_TRANSFORMERS = True
 try:
@@ -108,22 +109,34 @@ def test_teaching_model_fuses_in_exact_groups_with_equal_outputs_and_grads(model
 
 
 def test_every_batch_pass_has_a_teaching_model_and_upstream_order():
-    assert BATCH_PASSES == ["batch_linear_lhs", "batch_linear", "batch_layernorm", "batch_tanh", "batch_sigmoid",
-                            "batch_relu", "batch_detach", "batch_nan_to_num", "batch_clamp", "batch_dropout"]
+    assert BATCH_PASSES == [
+        "batch_linear_lhs",
+        "batch_linear",
+        "batch_layernorm",
+        "batch_tanh",
+        "batch_sigmoid",
+        "batch_relu",
+        "batch_detach",
+        "batch_nan_to_num",
+        "batch_clamp",
+        "batch_dropout",
+    ]
     assert {p for p, *_ in TEACHING.values()} == set(BATCH_PASSES)
     for name in BATCH_PASSES:
         p = REGISTRY[name]
-        assert p.description and p.preconditions and p.upstream and p.source.startswith("optimus/passes/batch.py:")
+        assert p.description and p.preconditions and p.upstream and p.source.startswith("optimus_lens/passes/batch.py:")
 
 
 def test_the_default_pipeline_runs_the_batch_fusions_in_their_registered_pipeline_order():
     """One source of truth: each shipped fusion's ``pipeline_order`` (upstream's registration
     order in group_batch_fusion.py) places it; patterns registered without one stay out of
     BATCH_PASSES (fusions beyond upstream's catalogue run after them, EXTRA_BATCH_PASSES)."""
-    from optimus.passes import EXTRA_BATCH_PASSES, default_pipeline
+    from optimus_lens.passes import EXTRA_BATCH_PASSES, default_pipeline
 
-    shipped = sorted((p for p in REGISTRY.values() if p.kind == "batch" and p.pipeline_order is not None),
-                     key=lambda p: p.pipeline_order)
+    shipped = sorted(
+        (p for p in REGISTRY.values() if p.kind == "batch" and p.pipeline_order is not None),
+        key=lambda p: p.pipeline_order,
+    )
     names = default_pipeline().names()
     assert [p.name for p in shipped] == BATCH_PASSES
     assert [n for n in names if n.startswith("batch_")] == BATCH_PASSES + EXTRA_BATCH_PASSES
@@ -142,8 +155,12 @@ def test_layernorm_variants_are_grouped_by_affine_parameters_and_normalized_shap
         groups.append({(tuple(r.args[1]), r.args[2] is None, r.args[3] is None) for r in recs})
     # each step holds one variant only, and together they cover all four
     assert all(len(g) == 1 for g in groups)
-    assert {next(iter(g)) for g in groups} == {((16,), True, True), ((16,), False, True), ((16,), True, False),
-                                                 ((4, 16), False, False)}
+    assert {next(iter(g)) for g in groups} == {
+        ((16,), True, True),
+        ((16,), False, True),
+        ((16,), True, False),
+        ((4, 16), False, False),
+    }
 
 
 def test_clamp_positional_and_keyword_bounds_form_one_group():
@@ -192,8 +209,9 @@ def test_transformer_block_fuses_q_k_v_into_one_linear():
 def test_bert_fuses_q_k_v_of_each_layer():
     trace, original, _ = run_pass("bert", "batch_linear_lhs")
     paths = [sorted(module_path(original[n])[0] for n in s.sites) for s in trace.steps]
-    assert sorted(paths) == [[f"model.encoder.layer.{i}.attention.self.{m}" for m in ("key", "query", "value")]
-                             for i in (0, 1)]
+    assert sorted(paths) == [
+        [f"model.encoder.layer.{i}.attention.self.{m}" for m in ("key", "query", "value")] for i in (0, 1)
+    ]
     assert_every_step_ok(trace)
 
 
@@ -245,10 +263,14 @@ def _other_linear_forms():
 def test_batch_linear_fuses_3d_matmuls_and_2d_addmm_biases_but_not_scaled_addmm():
     trace, original, gm = run_pass(_other_linear_forms(), "batch_linear")
     snap = trace.graph_at(0)
-    kinds = sorted(tuple(sorted({(snap.nodes[n].target, len(original[n].meta["example_value"].shape))
-                                 for n in s.sites})) for s in trace.steps)
-    assert kinds == [(("torch.addmm", 2),), (("torch.matmul", 3),)] or \
-        kinds == [(("_operator.matmul", 3),), (("torch.addmm", 2),)], kinds
+    kinds = sorted(
+        tuple(sorted({(snap.nodes[n].target, len(original[n].meta["example_value"].shape)) for n in s.sites}))
+        for s in trace.steps
+    )
+    assert kinds == [(("torch.addmm", 2),), (("torch.matmul", 3),)] or kinds == [
+        (("_operator.matmul", 3),),
+        (("torch.addmm", 2),),
+    ], kinds
     assert [len(s.sites) for s in trace.steps] == [5, 5]
     scaled = [n for n in original.values() if n.target is torch.addmm and n.kwargs.get("beta") == 0.5]
     assert len(scaled) == 5 and not {n.name for n in scaled} & {x for s in trace.steps for x in s.sites}
@@ -332,8 +354,14 @@ class TrainingDropout(nn.Module):
 
     def forward(self, x):
         ps = torch.split(x, 16, dim=1)
-        ys = [F.dropout(ps[0], 0.1), F.dropout(ps[1], 0.1, True), F.dropout(ps[2], p=0.1, training=True),
-              F.dropout(ps[3], 0.1), F.dropout(ps[4], 0.1, True), F.dropout(ps[5], p=0.1, training=True)]
+        ys = [
+            F.dropout(ps[0], 0.1),
+            F.dropout(ps[1], 0.1, True),
+            F.dropout(ps[2], p=0.1, training=True),
+            F.dropout(ps[3], 0.1),
+            F.dropout(ps[4], 0.1, True),
+            F.dropout(ps[5], p=0.1, training=True),
+        ]
         return torch.cat(ys, dim=1)
 
 
@@ -374,11 +402,15 @@ class Members(nn.Module):
             return self.lhs[i](h)
         if p == "batch_layernorm":
             return self.norms[i](h)
-        return {"batch_relu": lambda: torch.relu(h), "batch_tanh": lambda: torch.tanh(h),
-                "batch_sigmoid": lambda: torch.sigmoid(h), "batch_detach": lambda: h.detach(),
-                "batch_nan_to_num": lambda: torch.nan_to_num(h, 0.0, 1.0, -1.0),
-                "batch_clamp": lambda: torch.clamp(h, -1, 1),
-                "batch_dropout": lambda: F.dropout(h, 0.1, False)}[p]()
+        return {
+            "batch_relu": lambda: torch.relu(h),
+            "batch_tanh": lambda: torch.tanh(h),
+            "batch_sigmoid": lambda: torch.sigmoid(h),
+            "batch_detach": lambda: h.detach(),
+            "batch_nan_to_num": lambda: torch.nan_to_num(h, 0.0, 1.0, -1.0),
+            "batch_clamp": lambda: torch.clamp(h, -1, 1),
+            "batch_dropout": lambda: F.dropout(h, 0.1, False),
+        }[p]()
 
     def forward(self, *xs):
         hs = [x + 0 for x in xs]
@@ -406,8 +438,9 @@ def _written_members(snap) -> set[str]:
     snapshot, found without the pattern helpers."""
     out = set()
     for r in snap.nodes.values():
-        inplace = (r.op == "call_method" and r.target.endswith("_")) or \
-                  (r.target == "torch.nn.functional.relu" and len(r.args) > 1 and r.args[1] is True)
+        inplace = (r.op == "call_method" and r.target.endswith("_")) or (
+            r.target == "torch.nn.functional.relu" and len(r.args) > 1 and r.args[1] is True
+        )
         if inplace:
             t = snap.nodes[r.inputs[0]]
             while t.op == "call_method" and t.target == "view":
@@ -449,7 +482,8 @@ def test_linears_sharing_an_input_written_in_place_are_not_fused():
     trace, _, _ = run_pass(_members("batch_linear_lhs", "input"), "batch_linear_lhs", grads=False)
     assert trace.steps == []
     assert "mutated in place" in REGISTRY["batch_linear_lhs"].key(
-        next(n for n in capture(*_members("batch_linear_lhs", "input")).gm.graph.nodes if n.target is F.linear))
+        next(n for n in capture(*_members("batch_linear_lhs", "input")).gm.graph.nodes if n.target is F.linear)
+    )
 
 
 class Chain(nn.Module):
@@ -464,13 +498,18 @@ class Chain(nn.Module):
         self.convs = nn.ModuleList([Conv1D(16, 16) for _ in range(16)])
 
     def op(self, i, h):
-        return {"batch_linear": lambda: self.lins[i](h), "batch_layernorm": lambda: self.norms[i](h),
-                "addmm": lambda: self.convs[i](h), "batch_relu": lambda: torch.relu(h),
-                "batch_tanh": lambda: torch.tanh(h), "batch_sigmoid": lambda: torch.sigmoid(h),
-                "batch_clamp": lambda: torch.clamp(h, -1, 1),
-                "batch_nan_to_num": lambda: torch.nan_to_num(h, 0.0, 1.0, -1.0),
-                "batch_dropout": lambda: F.dropout(h, 0.1, False),
-                "batch_detach": lambda: h.detach()}[self.pattern]()
+        return {
+            "batch_linear": lambda: self.lins[i](h),
+            "batch_layernorm": lambda: self.norms[i](h),
+            "addmm": lambda: self.convs[i](h),
+            "batch_relu": lambda: torch.relu(h),
+            "batch_tanh": lambda: torch.tanh(h),
+            "batch_sigmoid": lambda: torch.sigmoid(h),
+            "batch_clamp": lambda: torch.clamp(h, -1, 1),
+            "batch_nan_to_num": lambda: torch.nan_to_num(h, 0.0, 1.0, -1.0),
+            "batch_dropout": lambda: F.dropout(h, 0.1, False),
+            "batch_detach": lambda: h.detach(),
+        }[self.pattern]()
 
     def forward(self, x):
         ps = torch.split(x, 16, dim=1)
@@ -481,8 +520,17 @@ class Chain(nn.Module):
         return h, torch.cat(two_layers, dim=1)
 
 
-CHAIN_PATTERNS = ["batch_linear", "batch_layernorm", "batch_relu", "batch_tanh", "batch_sigmoid", "batch_clamp",
-                  "batch_nan_to_num", "batch_dropout", "batch_detach"]
+CHAIN_PATTERNS = [
+    "batch_linear",
+    "batch_layernorm",
+    "batch_relu",
+    "batch_tanh",
+    "batch_sigmoid",
+    "batch_clamp",
+    "batch_nan_to_num",
+    "batch_dropout",
+    "batch_detach",
+]
 
 
 @pytest.mark.parametrize("pattern", CHAIN_PATTERNS + ["addmm"])
@@ -490,8 +538,9 @@ def test_dependent_members_are_never_in_one_group(pattern):
     torch.manual_seed(0)
     name = "batch_linear" if pattern == "addmm" else pattern
     grads = pattern != "batch_detach"
-    trace, original, _ = run_pass((Chain(pattern).eval(), (torch.randn(8, 80),)), name,
-                                  options=SearchOptions(min_fuse_set_size=2), grads=grads)
+    trace, original, _ = run_pass(
+        (Chain(pattern).eval(), (torch.randn(8, 80),)), name, options=SearchOptions(min_fuse_set_size=2), grads=grads
+    )
     # each layer of the 5 pairs fuses with one (independent) member of the chain; two
     # members of the chain, or the two members of a pair, never share a step
     assert [len(s.sites) for s in trace.steps] == [6, 6], [s.sites for s in trace.steps]
@@ -521,12 +570,13 @@ def test_recsys_towers_fuse_layer_by_layer():
 # --------------------------------------------------------------------------- anchors
 
 
-@pytest.mark.parametrize("name", [n for n in sample_models.names()
-                                  if HAS_TRANSFORMERS or sample_models.REGISTRY[n].kind != "realistic"])
+@pytest.mark.parametrize(
+    "name", [n for n in sample_models.names() if HAS_TRANSFORMERS or sample_models.REGISTRY[n].kind != "realistic"]
+)
 def test_only_nodes_with_an_anchor_target_get_a_group_key(name):
     """The engine keys only a pattern's anchors at the start of a pass: a node outside
     them with a key would silently never be fused. Checked before and after the pipeline."""
-    from optimus.run import run_pipeline
+    from optimus_lens.run import run_pipeline
 
     keyed = [p for p in REGISTRY.values() if p.kind == "batch" and p.anchors]
     assert {p.name for p in keyed} >= set(BATCH_PASSES)

@@ -1,18 +1,20 @@
 """The bench protocol: stages, interleaved rounds, modes, upstream and reference stages, JSON, CLI."""
+
 import json
 
 import pytest
 import torch
 
-import optimus.bench as bench
-from optimus.bench import BenchResult, Stage, StageTiming, bench_pipeline, measure, upstream_options
-from optimus.cli import main
+import optimus_lens.bench as bench
+from optimus_lens.bench import BenchResult, Stage, StageTiming, bench_pipeline, measure, upstream_options
+from optimus_lens.cli import main
 
 
 def _gm(scale: float):
     class M(torch.nn.Module):
         def forward(self, x):
             return x * scale
+
     return torch.fx.symbolic_trace(M())
 
 
@@ -23,12 +25,16 @@ def test_rounds_interleave_every_variant_with_a_rotating_start(monkeypatch):
         label = f"v{len(made)}"
         made.append(label)
         return lambda: calls.append(label)
+
     made: list[str] = []
     monkeypatch.setattr(bench, "make_call", fake_call)
     monkeypatch.setattr(bench, "_time_once", lambda call, inner, cuda, clock: (call(), 1.0)[1])
     x = (torch.ones(4),)
-    r = measure([Stage("baseline", _gm(1.0), x, "baseline"), Stage("a", _gm(2.0), x), Stage("b", _gm(3.0), x)],
-                repeats=3, warmup=0)
+    r = measure(
+        [Stage("baseline", _gm(1.0), x, "baseline"), Stage("a", _gm(2.0), x), Stage("b", _gm(3.0), x)],
+        repeats=3,
+        warmup=0,
+    )
     timed = calls[3:]  # after one warm-up call each
     assert timed == ["v0", "v1", "v2", "v1", "v2", "v0", "v2", "v0", "v1"]
     assert [s.repeats for s in r.stages] == [3, 3, 3] and r.stages[0].speedup == 1.0
@@ -42,6 +48,7 @@ def test_training_mode_differentiates_with_respect_to_the_parameters():
         out = x * w
         out.register_hook(lambda g: seen.append(g))
         return (out,)
+
     bench.make_call(fn, (torch.ones(3), w), "training")()
     assert seen and w.grad is None  # a gradient flowed, nothing accumulated
     with pytest.raises(ValueError, match="require grad"):
@@ -84,8 +91,14 @@ def test_json_holds_the_documented_fields(towers32):
     d = json.loads(json.dumps(towers32.to_json()))
     assert d["device"] == "cpu" and d["mode"] == "inference"
     for s in d["stages"]:
-        assert {"name", "latency_ms_median", "latency_ms_p10", "latency_ms_p90", "peak_bytes",
-                "speedup_vs_baseline"} <= set(s)
+        assert {
+            "name",
+            "latency_ms_median",
+            "latency_ms_p10",
+            "latency_ms_p90",
+            "peak_bytes",
+            "speedup_vs_baseline",
+        } <= set(s)
     assert any(s["name"] == "upstream" for s in d["stages"])
 
 
@@ -115,11 +128,17 @@ def test_compiled_variants_get_latency_speedup_and_compile_time():
 
 
 def test_upstream_options_name_upstream_passes_with_our_search_options():
-    o = upstream_options(["normalization_pass", "batch_linear_lhs", "batch_relu", "split_cat_cleanup",
-                          "unbind_cat_to_view_pass"])
-    assert o == {"normalization_pass": {}, "batch_linear_lhs": {"min_fuse_set_size": 2, "max_fuse_search_depth": 16},
-                 "batch_relu": {"min_fuse_set_size": 5, "max_fuse_search_depth": 5}, "split_cat_pass": {},
-                 "unbind_stack_pass": {}, "unbind_cat_to_view_pass": {}}
+    o = upstream_options(
+        ["normalization_pass", "batch_linear_lhs", "batch_relu", "split_cat_cleanup", "unbind_cat_to_view_pass"]
+    )
+    assert o == {
+        "normalization_pass": {},
+        "batch_linear_lhs": {"min_fuse_set_size": 2, "max_fuse_search_depth": 16},
+        "batch_relu": {"min_fuse_set_size": 5, "max_fuse_search_depth": 5},
+        "split_cat_pass": {},
+        "unbind_stack_pass": {},
+        "unbind_cat_to_view_pass": {},
+    }
 
 
 def test_noise_warning_names_the_noisy_stages():
@@ -143,12 +162,37 @@ def test_cli_bench_writes_json_and_rejects_bad_input(tmp_path, capsys):
 
 
 def test_figures_show_compiled_series_and_compile_time_only_when_compiled():
-    import viz
+    from optimus_lens import viz
 
-    base = StageTiming("baseline", 10, 1.0, 0.9, 1.1, 5, kind="baseline", compiled_median_ms=0.5, compile_s=3.0,
-                       compiled_p10_ms=0.45, compiled_p90_ms=0.55, compiled_speedup=1.0)
-    fused = StageTiming("batch_relu", 9, 0.5, 0.45, 0.6, 5, speedup=2.0, steps=1, compiled_median_ms=0.25,
-                        compile_s=2.0, compiled_p10_ms=0.2, compiled_p90_ms=0.3, compiled_speedup=2.0)
+    base = StageTiming(
+        "baseline",
+        10,
+        1.0,
+        0.9,
+        1.1,
+        5,
+        kind="baseline",
+        compiled_median_ms=0.5,
+        compile_s=3.0,
+        compiled_p10_ms=0.45,
+        compiled_p90_ms=0.55,
+        compiled_speedup=1.0,
+    )
+    fused = StageTiming(
+        "batch_relu",
+        9,
+        0.5,
+        0.45,
+        0.6,
+        5,
+        speedup=2.0,
+        steps=1,
+        compiled_median_ms=0.25,
+        compile_s=2.0,
+        compiled_p10_ms=0.2,
+        compiled_p90_ms=0.3,
+        compiled_speedup=2.0,
+    )
     b = BenchResult("cpu", "wall-clock", [base, fused], mode="training")
     fig = viz.speedup_figure(b)
     assert [t.name for t in fig.data] == ["eager", "torch.compile (Inductor)"]

@@ -1,20 +1,21 @@
 """Per-pass timing protocol and the static liveness estimate of peak memory."""
+
 import torch
 import torch.nn as nn
-from torch.fx import symbolic_trace
 
-from optimus.bench import bench_pipeline
-from optimus.capture import capture
-from optimus.memory import peak_bytes
+from optimus_lens.bench import bench_pipeline
+from optimus_lens.capture import capture
+from optimus_lens.memory import peak_bytes
 
 
 def test_liveness_estimate_counts_inputs_and_frees_dead_intermediates():
     class Chain(nn.Module):
         def forward(self, x):
-            a = x * 2          # 4 KiB
-            b = a * 3          # 4 KiB, a dies after this
+            a = x * 2  # 4 KiB
+            b = a * 3  # 4 KiB, a dies after this
             c = b.reshape(-1)  # view: no allocation
-            return c + 1       # 4 KiB, b dies after this
+            return c + 1  # 4 KiB, b dies after this
+
     c = capture(Chain(), (torch.zeros(32, 32),))
     r = peak_bytes(c.gm.graph)
     kib = 32 * 32 * 4
@@ -25,11 +26,12 @@ def test_liveness_estimate_counts_inputs_and_frees_dead_intermediates():
 def test_liveness_estimate_counts_split_pieces_as_views_of_one_live_base():
     class Pieces(nn.Module):
         def forward(self, x):
-            a = x * 2                       # 4 KiB
-            p, q = torch.split(a, 16, 1)    # views: a stays alive while p or q is used
-            r = p.relu()                    # 2 KiB
-            s = q.sum()                     # 4 bytes; a dies after this
-            return r + s                    # 2 KiB
+            a = x * 2  # 4 KiB
+            p, q = torch.split(a, 16, 1)  # views: a stays alive while p or q is used
+            r = p.relu()  # 2 KiB
+            s = q.sum()  # 4 bytes; a dies after this
+            return r + s  # 2 KiB
+
     c = capture(Pieces(), (torch.zeros(32, 32),))
     r = peak_bytes(c.gm.graph)
     kib = 32 * 32 * 4
@@ -48,7 +50,7 @@ def test_bench_measures_every_stage_side_by_side_with_baseline_speedup_one():
 
 
 def test_bench_table_fits_long_stage_names_and_flags_noisy_timings():
-    from optimus.bench import BenchResult, StageTiming
+    from optimus_lens.bench import BenchResult, StageTiming
 
     steady = StageTiming("baseline", 10, 1.0, 0.9, 1.1, 5)
     long_name = StageTiming("move_reshape_out_of_split_stack_pass", 9, 0.8, 0.5, 3.0, 5, speedup=1.25)

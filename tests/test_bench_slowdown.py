@@ -1,5 +1,6 @@
 """Passes whose measured effect is a slowdown are flagged: the per-round ratio to the stage
 before, its p10..p90 as the noise, in `optimus bench`'s table and JSON and in the app."""
+
 from __future__ import annotations
 
 import json
@@ -9,15 +10,15 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-import optimus.bench as bench
-from optimus.bench import Stage, bench_pipeline, paired_ratio
-from optimus.cli import main
-from optimus.patternfile import load_pattern_file, pipeline_with
+import optimus_lens.bench as bench
+from optimus_lens.bench import Stage, bench_pipeline, paired_ratio
+from optimus_lens.cli import main
+from optimus_lens.patternfile import load_pattern_file, pipeline_with
 
 # A correct but deliberately slow rewrite: relu(x) -> clamp(x, min=0) plus 0 times the sum
 # of a 2048 x 2048 block of zeros made from x (so tracing keeps it in the graph): the same
 # values and strides, about 100x the work of the graph it replaces.
-SLOW_RELU = '''
+SLOW_RELU = """
 import torch
 
 def pattern(x):
@@ -25,7 +26,7 @@ def pattern(x):
 
 def replacement(x):
     return torch.clamp(x, min=0) + x.new_zeros(2048, 2048).sum() * 0
-'''
+"""
 
 
 class ReluMLP(torch.nn.Module):
@@ -45,10 +46,10 @@ def _slow_pipeline(tmp_path):
 
 def test_paired_ratio_takes_the_per_round_ratio_and_its_spread():
     before = [1.0, 2.0, 1.0, 4.0, 1.0]
-    after = [2.0, 4.0, 2.0, 8.0, 2.0]              # twice as slow in every round, whatever the load
+    after = [2.0, 4.0, 2.0, 8.0, 2.0]  # twice as slow in every round, whatever the load
     assert paired_ratio(before, after) == (0.5, 0.5, 0.5)
     med, lo, hi = paired_ratio([1.0] * 10, [0.5] * 9 + [2.0])
-    assert (med, lo, hi) == (2.0, 2.0, 2.0)        # one slow round in ten is noise, not a slowdown
+    assert (med, lo, hi) == (2.0, 2.0, 2.0)  # one slow round in ten is noise, not a slowdown
     with pytest.raises(ValueError):
         paired_ratio([1.0], [1.0, 2.0])
 
@@ -56,11 +57,21 @@ def test_paired_ratio_takes_the_per_round_ratio_and_its_spread():
 def test_a_pass_slower_than_the_stage_before_in_every_round_is_flagged_and_a_faster_one_is_not():
     gm = torch.fx.symbolic_trace(torch.nn.Identity())
     x = (torch.ones(2),)
-    stages = [Stage("baseline", gm, x, "baseline"), Stage("fast", gm, x), Stage("slow", gm, x),
-              Stage("alone:slow", gm, x, "alone"), Stage("upstream", gm, x, "upstream")]
-    load = [1.0, 3.0, 1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0]           # the same load hits a round's samples
-    samples = {"baseline": load, "fast": [x / 2 for x in load], "slow": load, "alone:slow": [x * 2 for x in load],
-               "upstream": [9.0] * 10}
+    stages = [
+        Stage("baseline", gm, x, "baseline"),
+        Stage("fast", gm, x),
+        Stage("slow", gm, x),
+        Stage("alone:slow", gm, x, "alone"),
+        Stage("upstream", gm, x, "upstream"),
+    ]
+    load = [1.0, 3.0, 1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0]  # the same load hits a round's samples
+    samples = {
+        "baseline": load,
+        "fast": [x / 2 for x in load],
+        "slow": load,
+        "alone:slow": [x * 2 for x in load],
+        "upstream": [9.0] * 10,
+    }
     variants = [bench._Variant(i, False, lambda: None, samples=samples[s.label]) for i, s in enumerate(stages)]
     res = bench._result(stages, variants, {}, False, "inference")
     by = {s.stage: s for s in res.stages}
@@ -69,18 +80,21 @@ def test_a_pass_slower_than_the_stage_before_in_every_round_is_flagged_and_a_fas
     assert by["alone:slow"].previous == "baseline" and by["alone:slow"].slowdown
     assert by["upstream"].vs_previous is None and not by["upstream"].slowdown
     assert [s.stage for s in res.slowdowns()] == ["slow", "alone:slow"]
-    assert ("! slowdown: slow runs at 0.50x the speed of the graph before it (after fast; per-round ratio "
-            "p10..p90 0.50..0.50)") in res.table()
+    assert (
+        "! slowdown: slow runs at 0.50x the speed of the graph before it (after fast; per-round ratio "
+        "p10..p90 0.50..0.50)"
+    ) in res.table()
     assert res.to_json()["slowdowns"] == ["slow", "alone:slow"]
     few = [bench._Variant(i, False, lambda: None, samples=samples[s.label][:5]) for i, s in enumerate(stages)]
-    assert bench._result(stages, few, {}, False, "inference").slowdowns() == []   # 5 rounds: too few to flag
+    assert bench._result(stages, few, {}, False, "inference").slowdowns() == []  # 5 rounds: too few to flag
 
 
 def test_bench_flags_a_pattern_file_pass_that_makes_the_graph_slower(tmp_path):
     pipeline, _ = _slow_pipeline(tmp_path)
     torch.manual_seed(0)
-    r = bench_pipeline(ReluMLP().eval(), inputs=(torch.randn(8, 16),), pipeline=pipeline, repeats=12, warmup=1,
-                       threads=1, device="cpu")
+    r = bench_pipeline(
+        ReluMLP().eval(), inputs=(torch.randn(8, 16),), pipeline=pipeline, repeats=12, warmup=1, threads=1, device="cpu"
+    )
     slow = r.stage("slow_relu")
     assert slow is not None and slow.steps == 1
     assert slow.slowdown and slow.vs_previous_p90 < 1.0
@@ -91,16 +105,31 @@ def test_bench_flags_a_pattern_file_pass_that_makes_the_graph_slower(tmp_path):
 def test_cli_bench_prints_the_slowdown_line_and_json_lists_it(tmp_path, capsys):
     _, path = _slow_pipeline(tmp_path)
     out = tmp_path / "b.json"
-    assert main(["bench", "sample:recsys_towers", "--pattern-file", str(path), "--repeats", "12", "--threads", "1",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "sample:recsys_towers",
+                "--pattern-file",
+                str(path),
+                "--repeats",
+                "12",
+                "--threads",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "! slowdown: slow_relu runs at" in text
     assert "slow_relu" in json.loads(out.read_text())["slowdowns"]
 
 
 APP = """
-from optimus.bench import BenchResult, StageTiming
-from app.timing import show_result
+from optimus_lens.bench import BenchResult, StageTiming
+from optimus_lens.app.timing import show_result
 
 slow = StageTiming("batch_layernorm", 9, 1.2, 1.1, 1.3, 20, speedup=0.83, steps=3, previous="batch_linear",
                    vs_previous=0.84, vs_previous_p10=0.78, vs_previous_p90=0.93)
@@ -115,5 +144,7 @@ def test_timing_panel_shows_a_warning_line_per_flagged_pass():
     at = AppTest.from_string(APP).run(timeout=60)
     assert not at.exception
     lines = [w.value for w in at.warning if w.value.startswith("slowdown:")]
-    assert lines == ["slowdown: batch_layernorm runs at 0.84x the speed of the graph before it (after batch_linear; "
-                     "per-round ratio p10..p90 0.78..0.93)"]
+    assert lines == [
+        "slowdown: batch_layernorm runs at 0.84x the speed of the graph before it (after batch_linear; "
+        "per-round ratio p10..p90 0.78..0.93)"
+    ]

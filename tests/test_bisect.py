@@ -1,16 +1,16 @@
 """Finding the first failing step (optimus/bisect.py, `optimus bisect`): a binary search over replayed
 steps checks O(log steps) graphs and lands on the step per-step verification names."""
+
 import math
 
-import pytest
 import torch
 
-import optimus.passes
-from optimus.bisect import bisect_trace, first_failing
-from optimus.cli import main
-from optimus.engine import Pass, Pipeline
-from optimus.pattern import Match, Miss, RewritePattern
-from optimus.run import optimize
+import optimus_lens.passes
+from optimus_lens.bisect import bisect_trace, first_failing
+from optimus_lens.cli import main
+from optimus_lens.engine import Pass, Pipeline
+from optimus_lens.pattern import Match, Miss, RewritePattern
+from optimus_lens.run import optimize
 
 RELUS = frozenset({torch.relu, torch.nn.functional.relu})
 
@@ -32,7 +32,7 @@ class ReluAsSigmoid(RewritePattern):
         rw.erase(m.anchor)
 
 
-DEFAULT_PIPELINE = optimus.passes.default_pipeline
+DEFAULT_PIPELINE = optimus_lens.passes.default_pipeline
 
 
 def with_broken_pass(before: str = "split_cat_cleanup") -> Pipeline:
@@ -65,7 +65,7 @@ def test_bisect_of_a_correct_run_checks_only_the_final_graph():
 
 
 def test_bisect_cli_reports_the_first_failing_step_and_exits_1(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(optimus.passes, "default_pipeline", with_broken_pass)
+    monkeypatch.setattr(optimus_lens.passes, "default_pipeline", with_broken_pass)
     trace = tmp_path / "t.json"
     assert main(["bisect", "sample:recsys_towers", "--trace", str(trace)]) == 1
     out = capsys.readouterr().out

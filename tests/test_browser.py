@@ -2,7 +2,7 @@
 default model and shows a step whose pattern sites are highlighted in the graph, with the
 before and after panes aligned (same node, same place, same zoom; pan/zoom moves both)
 and the graphs starting above the fold at 1280x800."""
-import os
+
 import shutil
 import socket
 import subprocess
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from viz.graph import GROUP_COLOURS
+from optimus_lens.viz.graph import GROUP_COLOURS
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -30,10 +30,26 @@ def _free_port() -> int:
 @pytest.fixture
 def app_url(tmp_path):
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
-                             "--server.headless", "true", "--server.port", str(port),
-                             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-                            stdout=open(tmp_path / "app.log", "w"), stderr=subprocess.STDOUT, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "optimus_lens" / "app" / "main.py"),
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        stdout=open(tmp_path / "app.log", "w"),
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
     try:
         deadline = time.time() + 90
         while time.time() < deadline:
@@ -56,9 +72,18 @@ def test_run_in_chromium_shows_a_step_with_its_sites_highlighted(app_url, tmp_pa
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         page.goto(app_url, timeout=90_000)
         page.get_by_role("button", name="Run", exact=True).click(timeout=90_000)
@@ -71,14 +96,22 @@ def test_run_in_chromium_shows_a_step_with_its_sites_highlighted(app_url, tmp_pa
         while time.time() < deadline and not fills & set(GROUP_COLOURS):
             for frame in page.frames:
                 try:
-                    fills |= set(frame.eval_on_selector_all("svg polygon, svg path", "els => els.map(e => e.getAttribute('fill'))"))
+                    fills |= set(
+                        frame.eval_on_selector_all(
+                            "svg polygon, svg path", "els => els.map(e => e.getAttribute('fill'))"
+                        )
+                    )
                 except Exception:  # noqa: BLE001 - a frame may be detached mid-rerun; retried
                     pass
             page.wait_for_timeout(500)
         page.screenshot(path=str(tmp_path / "step2.png"), full_page=True)
-        assert not page.locator('[data-testid="stException"]').count(), page.locator('[data-testid="stException"]').first.inner_text()
+        assert not page.locator('[data-testid="stException"]').count(), page.locator(
+            '[data-testid="stException"]'
+        ).first.inner_text()
         browser.close()
-    assert fills & set(GROUP_COLOURS), f"no highlighted site in the rendered graphs (fills seen: {sorted(f for f in fills if f)[:12]})"
+    assert fills & set(GROUP_COLOURS), (
+        f"no highlighted site in the rendered graphs (fills seen: {sorted(f for f in fills if f)[:12]})"
+    )
 
 
 _PANE_GEOMETRY = """root => {
@@ -143,7 +176,8 @@ def test_before_and_after_panes_line_up_and_move_together_at_1280x800(app_url, t
 def _visible_node(lens, pane: int, prefix: str):
     """(name, x, y): the page position of the centre of a node of pane ``pane`` whose
     name starts with ``prefix`` and that lies wholly inside the pane's drawing."""
-    found = lens.evaluate("""(root, [pane, prefix]) => {
+    found = lens.evaluate(
+        """(root, [pane, prefix]) => {
       const p = root.querySelectorAll('.pane')[pane], svg = p.querySelector('svg'), r = svg.getBoundingClientRect();
       for (const g of svg.querySelectorAll('g.node')) {
         const t = g.querySelector('title'), b = g.getBoundingClientRect();
@@ -152,7 +186,9 @@ def _visible_node(lens, pane: int, prefix: str):
           return [t.textContent, b.left + b.width / 2, b.top + b.height / 2];
       }
       return null;
-    }""", [pane, prefix])
+    }""",
+        [pane, prefix],
+    )
     assert found, f"no node named {prefix}* wholly visible in pane {pane}"
     return found
 
@@ -170,7 +206,7 @@ def test_clicking_a_node_in_the_step_viewer_selects_it_in_the_inspector_at_1280x
         lens = _viewer(page)
         page.evaluate("window.scrollTo(0, 0)")
         lens.scroll_into_view_if_needed()
-        name, x, y = _visible_node(lens, 1, "piece")             # a node of the after pane, on screen
+        name, x, y = _visible_node(lens, 1, "piece")  # a node of the after pane, on screen
         box = lens.evaluate("root => root.querySelector('.pane svg').getAttribute('viewBox')")
         page.mouse.click(x, y)
         panel = page.locator(".st-key-inspector_panel")
@@ -178,7 +214,7 @@ def test_clicking_a_node_in_the_step_viewer_selects_it_in_the_inspector_at_1280x
         panel.get_by_text("Provenance").first.wait_for(timeout=60_000)
         text = panel.inner_text()
         assert "graph after step 1" in text and "Provenance" in text
-        assert lens.locator(".lens-picked").count() == 2           # outlined in both panes
+        assert lens.locator(".lens-picked").count() == 2  # outlined in both panes
         assert f"Selected: {name} = getitem" in lens.locator(".picked").inner_text()
         # the click selected, it did not remount the viewer: the zoom is where it was
         assert lens.evaluate("root => root.querySelector('.pane svg').getAttribute('viewBox')") == box

@@ -1,15 +1,16 @@
 """The step viewer in headless chromium: transitions between steps in the HTML report and
 in the app (positions kept across the app's reruns), and presentation mode at 1280x800."""
+
 from __future__ import annotations
 
 import json
 import time
 
 import pytest
-
-from optimus.run import optimize
 from test_browser import CHROMIUM, _viewer, app_url  # noqa: F401 - app_url is a fixture
-from viz.report import write_report
+
+from optimus_lens.run import optimize
+from optimus_lens.viz.report import write_report
 
 pytestmark = pytest.mark.browser
 ARGS = ["--no-sandbox", "--disable-gpu"]
@@ -24,14 +25,18 @@ def report_file(tmp_path_factory):
 
 
 def _anim(page, selector: str = "section.step:not([hidden]) .viewer.pair .lens") -> list[dict]:
-    page.wait_for_function(f"() => {{ const e = document.querySelector({json.dumps(selector)}); "
-                           "return e && e.dataset.anim; }", timeout=20_000)
+    page.wait_for_function(
+        f"() => {{ const e = document.querySelector({json.dumps(selector)}); return e && e.dataset.anim; }}",
+        timeout=20_000,
+    )
     return json.loads(page.eval_on_selector(selector, "e => e.dataset.anim"))
 
 
 def _titles(page, pane: int) -> list[str]:
-    return page.eval_on_selector_all(f"section.step:not([hidden]) .viewer.pair .pane:nth-child({pane + 1}) svg g.graph > g.node > title",
-                                     "ts => ts.map(t => t.textContent)")
+    return page.eval_on_selector_all(
+        f"section.step:not([hidden]) .viewer.pair .pane:nth-child({pane + 1}) svg g.graph > g.node > title",
+        "ts => ts.map(t => t.textContent)",
+    )
 
 
 def test_moving_to_the_next_step_animates_only_what_changed_and_keeps_node_ids(report_file):

@@ -1,10 +1,11 @@
 """Capture: the Dynamo pre-grad graph with meta, graph breaks reported, untraceable models explained."""
+
 import pytest
 import torch
 import torch.nn as nn
 
-from optimus.capture import CaptureError, capture
-from optimus.run import ModelSpecError, load_model, optimize
+from optimus_lens.capture import CaptureError, capture
+from optimus_lens.run import ModelSpecError, load_model, optimize
 
 
 class Breaks(nn.Module):
@@ -23,8 +24,9 @@ def test_dynamo_capture_has_example_values_stack_traces_and_module_paths():
     c = capture(m, ex)
     linears = [n for n in c.gm.graph.nodes if n.target is torch._C._nn.linear]
     assert len(linears) == 6
-    assert all("example_value" in n.meta and n.meta.get("stack_trace") and n.meta.get("nn_module_stack")
-               for n in linears)
+    assert all(
+        "example_value" in n.meta and n.meta.get("stack_trace") and n.meta.get("nn_module_stack") for n in linears
+    )
     assert len(c.example_inputs) == len([n for n in c.gm.graph.nodes if n.op == "placeholder"])
 
 
@@ -47,7 +49,7 @@ class SlicedLinears(nn.Module):
         self.ls = nn.ModuleList(nn.Linear(8, 8) for _ in range(5))
 
     def forward(self, x):
-        return torch.cat([lin(x[:, 8 * i: 8 * i + 8]) for i, lin in enumerate(self.ls)], dim=1)
+        return torch.cat([lin(x[:, 8 * i : 8 * i + 8]) for i, lin in enumerate(self.ls)], dim=1)
 
 
 def test_symbolic_capture_path_fuses_like_dynamo():
@@ -73,11 +75,11 @@ def test_bad_model_specs_are_explained():
     with pytest.raises(ModelSpecError, match="cannot import"):
         load_model("no_such_pkg.mod:factory")
     with pytest.raises(ModelSpecError, match="no callable"):
-        load_model("optimus.run:nothing_here")
+        load_model("optimus_lens.run:nothing_here")
     with pytest.raises(ModelSpecError, match="must return"):
-        load_model("optimus.trace:GraphSnapshot")  # returns a snapshot, not (model, inputs)
+        load_model("optimus_lens.trace:GraphSnapshot")  # returns a snapshot, not (model, inputs)
 
 
 def test_factory_spec_loads_a_user_model():
-    m, ex, name = load_model("sample_models.teaching:build_teach_batch_relu")
+    m, ex, name = load_model("optimus_lens.sample_models.teaching:build_teach_batch_relu")
     assert isinstance(m, nn.Module) and name.endswith("build_teach_batch_relu")

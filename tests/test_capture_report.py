@@ -1,12 +1,13 @@
 """Capture reports graph breaks as Dynamo does, never changes the caller's objects, and
 turns every failure into a CaptureError (CLI exit status 2)."""
+
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from optimus.capture import CaptureError, capture
-from optimus.run import optimize
+from optimus_lens.capture import CaptureError, capture
+from optimus_lens.run import optimize
 
 
 class TwoExperts(nn.Module):
@@ -91,22 +92,23 @@ def test_symbolic_capture_leaves_the_callers_inputs_as_they_were_and_the_run_ver
 
 
 def test_cli_capture_failure_is_exit_status_2(capsys, tmp_path, monkeypatch):
-    from optimus.cli import main
+    from optimus_lens.cli import main
 
     (tmp_path / "loopy.py").write_text(
         "import torch\nfrom tests.test_capture_report import LoopOverExperts\n"
-        "def build():\n    return LoopOverExperts().eval(), (torch.randn(8, 16),)\n")
+        "def build():\n    return LoopOverExperts().eval(), (torch.randn(8, 16),)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["run", "loopy:build"]) == 2
     assert "outside any graph" in capsys.readouterr().err
 
 
 def test_cli_bench_times_the_graph_it_is_asked_for_and_says_which(capsys):
-    from optimus.cli import main
-    from tests.test_capture import Breaks  # two graphs, one graph break
-
     import sys
     import types
+
+    from optimus_lens.cli import main
+    from tests.test_capture import Breaks  # two graphs, one graph break
 
     mod = types.ModuleType("breaks_model")
     mod.build = lambda: (Breaks().eval(), (torch.randn(2, 4),))

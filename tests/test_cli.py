@@ -1,12 +1,13 @@
 """The `optimus` command: run prints the step table and writes a trace; bad input exits 2 with a message."""
+
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from optimus.cli import main
-from optimus.pattern import all_patterns
-from optimus.trace import Trace
+from optimus_lens.cli import main
+from optimus_lens.pattern import all_patterns
+from optimus_lens.trace import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,7 +59,7 @@ def test_show_reads_a_saved_trace_and_rejects_garbage(tmp_path, capsys):
 
 
 def test_console_script_is_installed():
-    r = subprocess.run([sys.executable, "-m", "optimus.cli", "--help"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "optimus_lens.cli", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "run" in r.stdout
 
 
@@ -68,8 +69,10 @@ def test_why_says_which_patterns_apply_at_a_node_and_why_the_others_do_not(capsy
     assert "batch_relu                      yes: fuses at step 2 with y0, y2, y3, y4, y5 (6 members)" in out
     assert "batch_layernorm                 no : not a layer_norm node" in out
     assert main(["why", "sample:recsys_towers", "linear_3"]) == 0  # each tower's linear reads its own piece
-    assert "batch_linear_lhs                no : 1 node(s) share its group key (no other); a group needs 2" \
+    assert (
+        "batch_linear_lhs                no : 1 node(s) share its group key (no other); a group needs 2"
         in capsys.readouterr().out
+    )
     assert main(["why", "sample:teach_batch_relu", "nope"]) == 2
     assert "no node 'nope'" in capsys.readouterr().err
 
@@ -97,8 +100,13 @@ def test_app_listens_on_the_loopback_address_only_by_default(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "optimus", "app", "--headless", "--port", str(port)],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "optimus_lens", "app", "--headless", "--port", str(port)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 60
         while time.time() < deadline and not _listening_addresses(port):

@@ -1,10 +1,11 @@
 """Code diff of a step (optimus/codediff.py, `optimus diff`): the GraphModule code before vs after,
 sites and created nodes marked."""
+
 import pytest
 
-from optimus.cli import main
-from optimus.codediff import code_diff, diff_text, graph_code
-from optimus.run import optimize
+from optimus_lens.cli import main
+from optimus_lens.codediff import code_diff, diff_text, graph_code
+from optimus_lens.run import optimize
 
 
 @pytest.fixture(scope="module")
@@ -26,14 +27,14 @@ def test_site_lines_are_removed_and_created_lines_added_and_both_are_marked(towe
     lines = code_diff(towers, step.index)
     removed = {d.node for d in lines if d.kind == "removed" and d.site}
     added = {d.node for d in lines if d.kind == "added" and d.site}
-    assert removed == set(step.sites)                     # every fused layer_norm line goes
-    assert added == set(step.created)                     # every created node has its line
+    assert removed == set(step.sites)  # every fused layer_norm line goes
+    assert added == set(step.created)  # every created node has its line
     assert not any(d.site for d in lines if d.node not in {*step.sites, *step.created})
     assert any("torch.nn.functional.layer_norm(stack" in d.text for d in lines if d.kind == "added")
     text = diff_text(lines, "step 4")
     assert text.startswith("--- before step 4\n+++ after step 4\n@@ -")
     assert any(row.startswith(">-    layer_norm = ") for row in text.splitlines())
-    assert "= None" not in text                           # FX's free-at-last-use trailers are dropped
+    assert "= None" not in text  # FX's free-at-last-use trailers are dropped
 
 
 def test_diff_cli_prints_a_marked_unified_diff_and_rejects_a_missing_step(tmp_path, capsys):

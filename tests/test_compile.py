@@ -1,12 +1,13 @@
-"""PT2 integration: the pipeline as Inductor's pre_grad_custom_pass, and optimus.compile."""
+"""PT2 integration: the pipeline as Inductor's pre_grad_custom_pass, and optimus_lens.compile."""
+
 import copy
 
 import pytest
 import torch
 
-import optimus
-import sample_models
-from optimus.compile import OptimusPreGradPass
+import optimus_lens
+from optimus_lens import sample_models
+from optimus_lens.compile import OptimusPreGradPass
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +27,7 @@ def no_inductor_cache():
 
 def test_compiled_outputs_equal_eager_and_our_passes_ran():
     model, inputs = sample_models.get("recsys_towers")
-    compiled = optimus.compile(model)
+    compiled = optimus_lens.compile(model)
     with torch.no_grad():
         torch.testing.assert_close(compiled(*inputs), model(*inputs))
     (trace,) = compiled.optimus_traces
@@ -39,7 +40,7 @@ def test_compiled_training_gradients_equal_eager():
     model, inputs = sample_models.get("teach_batch_linear")
     model.train()
     ref = copy.deepcopy(model)
-    compiled = optimus.compile(model, passes=["batch_linear"])
+    compiled = optimus_lens.compile(model, passes=["batch_linear"])
     compiled(*inputs).sum().backward()
     ref(*inputs).sum().backward()
     assert [s.pattern for s in compiled.optimus_traces[0].steps] == ["batch_linear"]
@@ -58,8 +59,8 @@ def test_uuid_is_stable_and_changes_with_the_enabled_passes():
 def test_compile_rejects_other_backends_and_a_second_custom_pass():
     m = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match="backend 'eager'"):
-        optimus.compile(m, backend="eager")
+        optimus_lens.compile(m, backend="eager")
     with pytest.raises(ValueError, match="pre_grad_custom_pass"):
-        optimus.compile(m, options={"pre_grad_custom_pass": None})
+        optimus_lens.compile(m, options={"pre_grad_custom_pass": None})
     with pytest.raises(KeyError, match="unknown pass"):
-        optimus.compile(m, passes=["no_such_pass"])
+        optimus_lens.compile(m, passes=["no_such_pass"])

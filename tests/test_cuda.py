@@ -1,4 +1,5 @@
-"""CUDA checks of the bench, pre-packing and optimus.compile (skipped without a GPU; run by scripts/gpu_check.sh)."""
+"""CUDA checks of the bench, pre-packing and optimus_lens.compile (skipped without a GPU; run by scripts/gpu_check.sh)."""
+
 import pytest
 import torch
 
@@ -6,7 +7,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 
 def test_cuda_bench_uses_events_and_measured_peaks():
-    from optimus.bench import bench_pipeline
+    from optimus_lens.bench import bench_pipeline
 
     r = bench_pipeline("sample:recsys_towers32", device="cuda", repeats=5, warmup=2, against_upstream=True)
     assert r.method == "cuda-events" and r.device == torch.cuda.get_device_name()
@@ -15,18 +16,17 @@ def test_cuda_bench_uses_events_and_measured_peaks():
 
 
 def test_cuda_training_bench_runs_forward_and_backward():
-    from optimus.bench import bench_pipeline
+    from optimus_lens.bench import bench_pipeline
 
-    r = bench_pipeline("sample:recsys_towers32", device="cuda", mode="training", repeats=3, warmup=1,
-                       final_only=True)
+    r = bench_pipeline("sample:recsys_towers32", device="cuda", mode="training", repeats=3, warmup=1, final_only=True)
     assert [s.stage for s in r.stages] == ["baseline", "pipeline", "reference"]
     assert all(s.peak_bytes > 0 for s in r.stages)
 
 
 def test_prepacked_constants_move_with_the_graph_module_to_cuda():
-    from optimus.engine import copy_graph_module
-    from optimus.prepack import prepack
-    from optimus.run import optimize
+    from optimus_lens.engine import copy_graph_module
+    from optimus_lens.prepack import prepack
+    from optimus_lens.run import optimize
 
     res = optimize("sample:recsys_towers32", verify="off", keep_stages=True)
     base, ins = res.engine.stages[0][1], res.captured.example_inputs
@@ -39,17 +39,17 @@ def test_prepacked_constants_move_with_the_graph_module_to_cuda():
 
 
 def test_optimus_compile_on_cuda_equals_eager_and_records_steps():
-    import optimus
-    import sample_models
-
     from torch._dynamo.utils import counters
+
+    import optimus_lens
+    from optimus_lens import sample_models
 
     model, inputs = sample_models.get("recsys_towers32")
     model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
     saved = {k: dict(v) for k, v in counters.items()}  # compiling bumps torch's global counters: put them back
     try:
         with torch._inductor.config.patch(force_disable_caches=True):
-            compiled = optimus.compile(model)
+            compiled = optimus_lens.compile(model)
             with torch.no_grad():
                 torch.testing.assert_close(compiled(*inputs), model(*inputs), rtol=1e-4, atol=1e-4)
     finally:

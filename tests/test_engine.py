@@ -1,18 +1,16 @@
 """The engine end to end: steps recorded per pass, verification marks failures, errors name the pattern."""
-import operator
 
 import pytest
 import torch
 import torch.nn as nn
-from torch.fx import Graph, Node
 
-from optimus.capture import capture
-from optimus.engine import Engine, Pass, PatternError, Pipeline, RunOptions
-from optimus.passes import default_pipeline
-from optimus.passes.common import RELU, call, is_call
-from optimus.pattern import Match, Miss, RewritePattern
-from optimus.run import optimize
-from optimus.trace import Trace
+from optimus_lens.capture import capture
+from optimus_lens.engine import Engine, Pass, PatternError, Pipeline, RunOptions
+from optimus_lens.passes import default_pipeline
+from optimus_lens.passes.common import RELU, call, is_call
+from optimus_lens.pattern import Match, Miss, RewritePattern
+from optimus_lens.run import optimize
+from optimus_lens.trace import Trace
 
 
 def test_recsys_towers_fuses_in_two_passes_with_every_step_verified_and_fewer_nodes():
@@ -31,7 +29,7 @@ def test_batch_linear_step_records_sites_created_erased_and_provenance():
     assert len(s.sites) == 6 and len(s.erased) == 6 and set(s.erased) == set(s.sites)
     created = {t.after(1).nodes[n].short_target for n in s.created}
     assert {"stack", "baddbmm", "unbind", "getitem"} <= created
-    assert set(s.replaced) == set(s.sites)            # every linear has a successor
+    assert set(s.replaced) == set(s.sites)  # every linear has a successor
     assert all(v in s.created for v in s.replaced.values())
 
 
@@ -98,7 +96,9 @@ def test_a_wrong_rewrite_is_marked_failed_on_its_step_with_its_error():
 def test_a_raising_pattern_stops_the_run_by_option_with_pass_pattern_and_site():
     c = _relu_model()
     with pytest.raises(PatternError) as e:
-        Engine(c.gm, c.example_inputs, Pipeline([Pass("p", [Raises()])]), RunOptions(verify="off", on_error="stop")).run()
+        Engine(
+            c.gm, c.example_inputs, Pipeline([Pass("p", [Raises()])]), RunOptions(verify="off", on_error="stop")
+        ).run()
     assert e.value.pattern == "raises_on_relu" and e.value.pass_name == "p" and e.value.site
     assert "boom" in str(e.value)
 
@@ -125,12 +125,12 @@ def test_nan_in_the_outputs_still_verifies_instead_of_being_not_checkable():
 
 
 def test_the_engine_and_the_shipped_patterns_do_not_import_each_other():
-    """Pipeline types live in optimus.pipeline, so optimus.engine never imports optimus.passes
-    (not even inside a function) and optimus.passes never imports optimus.engine."""
+    """Pipeline types live in optimus_lens.pipeline, so optimus_lens.engine never imports optimus_lens.passes
+    (not even inside a function) and optimus_lens.passes never imports optimus_lens.engine."""
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent / "optimus"
+    root = Path(__file__).resolve().parent.parent / "optimus_lens"
 
     def imported(path: Path) -> set[str]:
         tree = ast.parse(path.read_text())
@@ -138,6 +138,6 @@ def test_the_engine_and_the_shipped_patterns_do_not_import_each_other():
         mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         return mods
 
-    assert not any(m.startswith("optimus.passes") for m in imported(root / "engine.py"))
+    assert not any(m.startswith("optimus_lens.passes") for m in imported(root / "engine.py"))
     for f in (root / "passes").glob("*.py"):
-        assert "optimus.engine" not in imported(f), f.name
+        assert "optimus_lens.engine" not in imported(f), f.name

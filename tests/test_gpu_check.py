@@ -1,4 +1,5 @@
 """scripts/gpu_check.sh: its CPU-checkable parts (usage, the no-CUDA refusal, a CPU dry run of the plumbing)."""
+
 import json
 import os
 import subprocess
@@ -28,8 +29,14 @@ def test_refuses_to_run_without_cuda(tmp_path):
 
 
 def test_cpu_dry_run_writes_env_bench_json_and_summary(tmp_path):
-    r = _run([str(tmp_path / "out")], GPU_CHECK_DEVICE="cpu", GPU_CHECK_MODELS="sample:teach_batch_linear",
-             GPU_CHECK_REPEATS="2", GPU_CHECK_COMPILE="0", GPU_CHECK_TESTS="0")
+    r = _run(
+        [str(tmp_path / "out")],
+        GPU_CHECK_DEVICE="cpu",
+        GPU_CHECK_MODELS="sample:teach_batch_linear",
+        GPU_CHECK_REPEATS="2",
+        GPU_CHECK_COMPILE="0",
+        GPU_CHECK_TESTS="0",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     out = tmp_path / "out"
     assert json.loads((out / "env.json").read_text())["device"] == "cpu"

@@ -1,5 +1,6 @@
 """``hf:NAME`` model specs (optimus/hf.py): HuggingFace architectures built offline from
 small configs with random weights, through the same resolver as every other spec."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,9 +8,9 @@ import torch
 
 pytest.importorskip("transformers")
 
-from optimus import cli  # noqa: E402
-from optimus.hf import ARCHITECTURES, hf_list, parse_spec  # noqa: E402
-from optimus.run import ModelSpecError, load_model, optimize  # noqa: E402
+from optimus_lens import cli  # noqa: E402
+from optimus_lens.hf import ARCHITECTURES, hf_list, parse_spec  # noqa: E402
+from optimus_lens.run import ModelSpecError, load_model, optimize  # noqa: E402
 
 
 def test_the_list_names_at_least_ten_architectures_of_every_input_kind():
@@ -29,13 +30,16 @@ def test_size_parameters_reach_the_config_and_full_size_derives_heads_and_width(
     assert (p["layers"], p["hidden"], p["heads"], p["intermediate"]) == (12, 768, 12, 3072)
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("hf:nope", "unknown HF architecture 'nope'"),
-    ("hf:bert?depth=3", "unknown size parameter 'depth'"),
-    ("hf:bert?layers=two", "layers='two' is not an integer"),
-    ("hf:bert?hidden=100&heads=3", "hidden=100 is not a multiple of heads=3"),
-    ("hf:bert?layers=0", "layers must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("hf:nope", "unknown HF architecture 'nope'"),
+        ("hf:bert?depth=3", "unknown size parameter 'depth'"),
+        ("hf:bert?layers=two", "layers='two' is not an integer"),
+        ("hf:bert?hidden=100&heads=3", "hidden=100 is not a multiple of heads=3"),
+        ("hf:bert?layers=0", "layers must be at least 1"),
+    ],
+)
 def test_a_bad_hf_spec_is_a_model_spec_error_naming_the_problem(spec, message):
     with pytest.raises(ModelSpecError, match=message.replace("?", r"\?")):
         load_model(spec)

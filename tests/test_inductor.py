@@ -1,4 +1,5 @@
 """Running and observing PyTorch Inductor's own Optimus pre-grad passes (optimus/inductor.py)."""
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -11,14 +12,29 @@ from torch._inductor import pattern_matcher as pm
 from torch._inductor.fx_passes import group_batch_fusion as gbf
 from torch.fx import Node
 
-import sample_models
-from optimus.capture import capture
-from optimus.inductor import (OTHER_PASS, UNRECORDED_PATTERN, UNSORTED_MESSAGE, Application, fusions_per_pass,
-                              observe_upstream, run_upstream)
-from optimus.record import snapshot_graph
+from optimus_lens import sample_models
+from optimus_lens.capture import capture
+from optimus_lens.inductor import (
+    OTHER_PASS,
+    UNRECORDED_PATTERN,
+    UNSORTED_MESSAGE,
+    Application,
+    fusions_per_pass,
+    observe_upstream,
+    run_upstream,
+)
+from optimus_lens.record import snapshot_graph
 
-TOWER_OPTIONS = {"normalization_pass": {}, "batch_linear": {}, "batch_layernorm": {}, "batch_relu": {},
-                 "batch_tanh": {}, "batch_sigmoid": {}, "unbind_stack_pass": {}, "split_cat_pass": {}}
+TOWER_OPTIONS = {
+    "normalization_pass": {},
+    "batch_linear": {},
+    "batch_layernorm": {},
+    "batch_relu": {},
+    "batch_tanh": {},
+    "batch_sigmoid": {},
+    "unbind_stack_pass": {},
+    "split_cat_pass": {},
+}
 SPLIT_OPTIONS = {"normalization_pass": {}, "merge_splits_pass": {}, "split_cat_pass": {}}
 
 
@@ -43,10 +59,15 @@ def test_run_upstream_on_recsys_towers_gives_upstreams_counters_on_a_copy(towers
     before = len(towers.gm.graph.nodes)
     run = run_upstream(towers.gm, towers.example_inputs, TOWER_OPTIONS)
     rewrites = {k: v for k, v in run.counters.items() if not k.startswith(("scmerge_", "pattern_matcher_"))}
-    assert rewrites == {"batch_linear": 2, "batch_relu": 2, "batch_layernorm": 1, "unbind_stack_pass": 6,
-                        "normalization_pass": 1}
+    assert rewrites == {
+        "batch_linear": 2,
+        "batch_relu": 2,
+        "batch_layernorm": 1,
+        "unbind_stack_pass": 6,
+        "normalization_pass": 1,
+    }
     assert (run.nodes_before, run.nodes_after) == (108, 80) == (before, len(run.gm.graph.nodes))
-    assert len(towers.gm.graph.nodes) == before                       # the captured graph is untouched
+    assert len(towers.gm.graph.nodes) == before  # the captured graph is untouched
     assert counters["inductor"]["caller_counter"] == 7 and "batch_linear" not in counters["inductor"]
     assert inductor_config.pre_grad_fusion_options == {}
     assert run.seconds > 0
@@ -59,22 +80,43 @@ def test_run_upstream_on_recsys_towers_gives_upstreams_counters_on_a_copy(towers
 def test_fusions_per_pass_credits_simplify_split_cat_to_split_cat_pass(towers):
     run = run_upstream(towers.gm, towers.example_inputs, TOWER_OPTIONS)
     # from counters alone, simplify_split_cat's bump of unbind_stack_pass cannot be told apart
-    assert fusions_per_pass(run.counters) == {"batch_linear": 2, "batch_relu": 2, "batch_layernorm": 1,
-                                              "unbind_stack_pass": 6, "normalization_pass": 1}
-    assert run.fusions == {"batch_linear": 2, "batch_relu": 2, "batch_layernorm": 1, "unbind_stack_pass": 5,
-                           "split_cat_pass": 1, "normalization_pass": 1}
+    assert fusions_per_pass(run.counters) == {
+        "batch_linear": 2,
+        "batch_relu": 2,
+        "batch_layernorm": 1,
+        "unbind_stack_pass": 6,
+        "normalization_pass": 1,
+    }
+    assert run.fusions == {
+        "batch_linear": 2,
+        "batch_relu": 2,
+        "batch_layernorm": 1,
+        "unbind_stack_pass": 5,
+        "split_cat_pass": 1,
+        "normalization_pass": 1,
+    }
     (simplify,) = [a for a in run.applications if a.pattern == "simplify_split_cat"]
     assert simplify.pass_name == "split_cat_pass" and simplify.counters["unbind_stack_pass"] == 1
 
 
 def test_fusions_per_pass_drops_statistics_and_identity_rewrites():
-    counts = {"pattern_matcher_count": 3, "pattern_matcher_nodes": 9, "scmerge_split_removed": 1,
-              "normalization_pass": 2, "decompose_addmm": 1, "decompose_bmm": 2}
+    counts = {
+        "pattern_matcher_count": 3,
+        "pattern_matcher_nodes": 9,
+        "scmerge_split_removed": 1,
+        "normalization_pass": 2,
+        "decompose_addmm": 1,
+        "decompose_bmm": 2,
+    }
     assert fusions_per_pass(counts) == {"normalization_pass": 2, "decompose_mm_pass": 3}
-    apps = [Application("normalization_pass", "normalize_stack_default", ["stack"], {"normalization_pass": 1},
-                        True, True, 0.0),
-            Application("normalization_pass", "normalize_split_default", ["split"], {"normalization_pass": 1},
-                        True, False, 0.0)]
+    apps = [
+        Application(
+            "normalization_pass", "normalize_stack_default", ["stack"], {"normalization_pass": 1}, True, True, 0.0
+        ),
+        Application(
+            "normalization_pass", "normalize_split_default", ["split"], {"normalization_pass": 1}, True, False, 0.0
+        ),
+    ]
     assert fusions_per_pass(counts, apps) == {"normalization_pass": 1, "decompose_mm_pass": 3}
 
 
@@ -93,11 +135,15 @@ def test_normalization_of_an_already_normal_stack_counts_upstream_but_is_an_iden
 def test_observed_steps_replay_to_upstreams_result_graph(towers):
     run = run_upstream(towers.gm, towers.example_inputs, TOWER_OPTIONS)
     trace = observe_upstream(towers.gm, towers.example_inputs, TOWER_OPTIONS, model_name="recsys_towers")
-    assert [(s.pass_name, s.pattern) for s in trace.steps] == \
-        [(a.pass_name, a.pattern) for a in run.applications if a.changed]
-    assert [s.pattern for s in trace.steps][:3] == ["normalize_split_default", "PreGradBatchLinearFusion",
-                                                    "PreGradBatchLinearFusion"]
-    assert all(s.pass_name != OTHER_PASS for s in trace.steps)      # nothing escaped the recorder
+    assert [(s.pass_name, s.pattern) for s in trace.steps] == [
+        (a.pass_name, a.pattern) for a in run.applications if a.changed
+    ]
+    assert [s.pattern for s in trace.steps][:3] == [
+        "normalize_split_default",
+        "PreGradBatchLinearFusion",
+        "PreGradBatchLinearFusion",
+    ]
+    assert all(s.pass_name != OTHER_PASS for s in trace.steps)  # nothing escaped the recorder
     assert records(trace.graph_at(len(trace.steps))) == records(snapshot_graph(run.gm.graph))
     assert trace.nodes_before == 108 and trace.nodes_after == 80
     linear = trace.steps[1]

@@ -2,16 +2,17 @@
 shown with its line and blocks the buttons, a raising or looping pattern is reported
 while the editor keeps its code, a near miss is explained, and apply records verified
 steps that open in the step viewer."""
+
 from __future__ import annotations
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import lab_runner
+from optimus_lens.app import lab_runner
 
 
 def _lab_script():
-    from app import lab
+    from optimus_lens.app import lab
 
     lab.page()
 
@@ -82,9 +83,9 @@ def test_apply_records_verified_steps_and_opens_them_in_the_step_viewer():
     assert at.session_state["trace"] is r.trace and at.session_state["page_choice"] == "Step viewer"
 
 
-@pytest.mark.parametrize("kind", list(__import__("app.lab", fromlist=["STARTERS"]).STARTERS))
+@pytest.mark.parametrize("kind", list(__import__("optimus_lens.app.lab", fromlist=["STARTERS"]).STARTERS))
 def test_every_starter_loads_and_matches_on_its_sample(kind):
-    from app.lab import starter
+    from optimus_lens.app.lab import starter
 
     spec = "sample:teach_batch_sigmoid" if "Batch" in kind else "sample:swish_mlp"
     r = lab_runner.preview(spec, starter(kind), "starter", time_limit_s=120)
@@ -93,7 +94,7 @@ def test_every_starter_loads_and_matches_on_its_sample(kind):
 
 
 def test_the_app_switches_to_the_lab_and_back_to_the_viewer_with_the_applied_trace():
-    at = AppTest.from_file("../app/main.py", default_timeout=240)
+    at = AppTest.from_file("../optimus_lens/app/main.py", default_timeout=240)
     at.run()
     at.session_state["page_choice"] = "Pattern Lab"
     at.run()

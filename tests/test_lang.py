@@ -1,14 +1,15 @@
-"""optimus.lang: the declarative match language — bindings, argument binding across spellings,
+"""optimus_lens.lang: the declarative match language — bindings, argument binding across spellings,
 repeated captures, pieces of a split, predicates, and the near-miss reasons it gives."""
+
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 
-from optimus.capture import capture
-from optimus.lang import ANY, Const, Each, Op, Pieces, Var, bind, match, require
-from optimus.passes.common import CAT, LINEAR, SPLIT
-from optimus.pattern import Miss
+from optimus_lens.capture import capture
+from optimus_lens.lang import ANY, Const, Each, Op, Pieces, Var, bind, match, require
+from optimus_lens.passes.common import CAT, LINEAR, SPLIT
+from optimus_lens.pattern import Miss
 
 SPLIT_CAT = Op(CAT, Pieces(Op(SPLIT, Var("x"), dim=Var("d")), name="pieces"), dim=Var("d"), name="cat")
 
@@ -101,8 +102,9 @@ def test_each_and_predicates_give_their_reason():
     gm = _gm(M(), torch.randn(2, 4))
     cat = _node(gm, torch.cat)
     assert isinstance(match(Op(CAT, Each(Op(LINEAR, "x", ANY, ANY))), cat), dict)
-    same_width = require(lambda b: len({t.meta["example_value"].shape[-1] for t in b["ts"]}) == 1,
-                         "the linears have different widths")
+    same_width = require(
+        lambda b: len({t.meta["example_value"].shape[-1] for t in b["ts"]}) == 1, "the linears have different widths"
+    )
     miss = match(Op(CAT, Var("ts", Each(Op(LINEAR))), where=[same_width]), cat)
     assert miss == "cat: the linears have different widths"
 
@@ -127,11 +129,11 @@ def test_anchors_are_the_root_targets():
 
 
 def test_the_shipped_split_cat_identity_is_a_rule_of_the_language_with_its_reasons():
-    from optimus.lang import RulePattern
-    from optimus.pattern import Match, get, why_not
+    from optimus_lens.lang import RulePattern
+    from optimus_lens.pattern import Match, get, why_not
 
     p = get("remove_split_cat")
-    assert isinstance(p, RulePattern) and p.source.startswith("optimus/passes/split_cat/identities.py:")
+    assert isinstance(p, RulePattern) and p.source.startswith("optimus_lens/passes/split_cat/identities.py:")
     gm = _gm(SplitCat(), torch.randn(3, 6))
     assert isinstance(p.match(_node(gm, torch.cat)), Match)
     gm = _gm(SplitCat(cat_dim=0), torch.randn(3, 6))
@@ -141,7 +143,7 @@ def test_the_shipped_split_cat_identity_is_a_rule_of_the_language_with_its_reaso
 
 
 def test_check_takes_a_miss_returning_function_as_a_predicate():
-    from optimus.lang import check
+    from optimus_lens.lang import check
 
     gm = _gm(SplitCat(), torch.randn(3, 6))
     cat = _node(gm, torch.cat)
@@ -158,8 +160,8 @@ def test_pieces_put_the_getitems_in_the_site_between_the_root_and_the_producer()
 
 
 def _run_rule(model, rule, *inputs):
-    from optimus.engine import Engine, Pass, Pipeline, RunOptions
-    from optimus.lang import RulePattern
+    from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
+    from optimus_lens.lang import RulePattern
 
     gm = _gm(model, *inputs)
     trace = Engine(gm, inputs, Pipeline([Pass("p", [RulePattern(rule)])]), RunOptions(verify="step")).run()
@@ -167,7 +169,7 @@ def _run_rule(model, rule, *inputs):
 
 
 def test_a_rule_identity_erases_the_pieces_and_the_split_it_no_longer_needs():
-    from optimus.lang import Rule
+    from optimus_lens.lang import Rule
 
     trace, gm = _run_rule(SplitCat(), Rule("split_cat", SPLIT_CAT, lambda rw, x, **_: x), torch.randn(3, 6))
     assert [s.pattern for s in trace.steps] == ["split_cat"] and trace.final_verify.ok
@@ -182,22 +184,23 @@ class UnbindStackUse(nn.Module):
 
 
 def test_a_pieces_rule_replaces_each_getitem_of_a_tuple_valued_root_by_its_element():
-    from optimus.lang import Rule
-    from optimus.passes.common import STACK, UNBIND
+    from optimus_lens.lang import Rule
+    from optimus_lens.passes.common import STACK, UNBIND
 
-    rule = Rule("stack_unbind", Op(UNBIND, Op(STACK, Var("xs"), dim=0), dim=0), lambda rw, xs, **_: list(xs),
-                pieces=True)
+    rule = Rule(
+        "stack_unbind", Op(UNBIND, Op(STACK, Var("xs"), dim=0), dim=0), lambda rw, xs, **_: list(xs), pieces=True
+    )
     trace, gm = _run_rule(UnbindStackUse(), rule, torch.randn(2, 3), torch.randn(2, 3))
     assert [s.pattern for s in trace.steps] == ["stack_unbind"] and trace.final_verify.ok
     assert not [n for n in gm.graph.nodes if n.target in (torch.stack, torch.unbind)]
 
 
 def test_a_pieces_rule_refuses_a_root_used_other_than_through_getitems():
-    from optimus.lang import Rule, RulePattern
-    from optimus.passes.common import STACK, UNBIND
+    from optimus_lens.lang import Rule, RulePattern
+    from optimus_lens.passes.common import STACK, UNBIND
 
-    p = RulePattern(Rule("stack_unbind", Op(UNBIND, Op(STACK, Var("xs"))), lambda rw, xs, **_: list(xs),
-                         pieces=True))
+    p = RulePattern(Rule("stack_unbind", Op(UNBIND, Op(STACK, Var("xs"))), lambda rw, xs, **_: list(xs), pieces=True))
+
     class WholeTuple(nn.Module):  # FX keeps cat(unbind(...)) whole; Dynamo would unpack it
         def forward(self, x, y):
             return torch.cat(torch.unbind(torch.stack([x, y])))
@@ -208,7 +211,7 @@ def test_a_pieces_rule_refuses_a_root_used_other_than_through_getitems():
 
 
 def test_anchored_patterns_refuse_other_ops_and_need_ends_the_match_with_the_miss():
-    from optimus.pattern import AnchoredPattern, Match, need
+    from optimus_lens.pattern import AnchoredPattern, Match, need
 
     class FirstPieceOfASplit(AnchoredPattern):
         name = "first_piece"

@@ -6,14 +6,15 @@ so a later ``.view`` raised; and one where ``normalize_split`` specialised a siz
 model computes from its input. Every test runs the whole default pipeline with
 verification after every step and checks values *and* strides against eager.
 """
+
 import pytest
 import torch
 import torch.nn as nn
 
-from optimus.capture import capture
-from optimus.engine import Engine, Pass, Pipeline, RunOptions
-from optimus.pattern import Match, Miss, RewritePattern
-from optimus.run import optimize
+from optimus_lens.capture import capture
+from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.pattern import Match, Miss, RewritePattern
+from optimus_lens.run import optimize
 
 
 class LinearsViewed(nn.Module):
@@ -88,8 +89,9 @@ def test_held_in_layout_inputs_keep_values_and_strides_after_every_step(name):
     model, x = cls().eval(), torch.randn(*shape)
     res = optimize(model, (x,), verify="step")
     t = res.trace
-    assert all(s.verify.ok for s in t.steps if s.verify is not None and s.verify.ok is not None), \
-        [(s.pattern, s.verify) for s in t.steps]
+    assert all(s.verify.ok for s in t.steps if s.verify is not None and s.verify.ok is not None), [
+        (s.pattern, s.verify) for s in t.steps
+    ]
     assert t.final_verify.ok is not False, t.final_verify
     with torch.no_grad():
         expected = _flat(model(x))
@@ -111,15 +113,17 @@ def test_dynamic_capture_goes_through_every_pass_and_verifies_on_a_second_shape(
     model, x = HalvesSwapped(), torch.randn(3, 8)
     res = optimize(model, (x,), verify="step", dynamic=True)
     assert res.captured.dynamic and res.trace.capture["dynamic"]
-    assert any(isinstance(n.meta.get("example_value"), torch.SymInt) or
-               any(type(d) is not int for d in getattr(n.meta.get("example_value"), "shape", ()))
-               for n in res.engine.gm.graph.nodes)
+    assert any(
+        isinstance(n.meta.get("example_value"), torch.SymInt)
+        or any(type(d) is not int for d in getattr(n.meta.get("example_value"), "shape", ()))
+        for n in res.engine.gm.graph.nodes
+    )
     assert not res.trace.failed_steps(), [(s.pattern, s.error, s.verify) for s in res.trace.failed_steps()]
     assert res.trace.final_verify.ok and "second-shape" in res.trace.final_verify.checked
 
 
 def test_dynamic_towers_run_every_pass_without_a_failed_step():
-    import sample_models
+    from optimus_lens import sample_models
 
     model, inputs = sample_models.get("recsys_towers")
     res = optimize(model, tuple(inputs), verify="end", dynamic=True)
@@ -155,7 +159,7 @@ def test_verify_reports_a_specialised_size_on_the_second_shape():
 def test_verify_reports_other_output_strides_as_a_layout_failure():
     from torch.fx import symbolic_trace
 
-    from optimus import verify
+    from optimus_lens import verify
 
     original = symbolic_trace(lambda x: x.t().contiguous())
     rewritten = symbolic_trace(lambda x: x.t())
@@ -170,16 +174,16 @@ def test_a_view_of_a_fused_linear_gets_a_contiguous_copy_only_where_needed():
     res = optimize(model, (x,), passes=["batch_linear_lhs"], verify="step")
     gm = res.engine.gm
     conts = [n for n in gm.graph.nodes if n.op == "call_method" and n.target == "contiguous"]
-    assert len(conts) == 5                       # one per .view(-1) user of a split piece
+    assert len(conts) == 5  # one per .view(-1) user of a split piece
     assert all(next(iter(c.users)).target == "view" for c in conts)
 
 
 def test_a_pattern_refuses_with_a_miss_naming_the_user_and_layout_it_needs():
-    from optimus.pattern import get, why_not
+    from optimus_lens.pattern import get, why_not
 
     class PieceViewed(nn.Module):
         def forward(self, x, y):
-            a, b = torch.unbind(torch.stack([x, y], dim=1), dim=1)   # pieces with strides (12, 1)
+            a, b = torch.unbind(torch.stack([x, y], dim=1), dim=1)  # pieces with strides (12, 1)
             return a.as_strided((6,), (1,)) + 1, b
 
     c = capture(PieceViewed(), (torch.randn(3, 6), torch.randn(3, 6)))
@@ -200,7 +204,7 @@ UPSTREAM_OPTIONS = {  # the upstream pre_grad_fusion_options entry that runs eac
 
 @pytest.mark.parametrize("name", sorted(HELD_IN))
 def test_the_upstream_observer_flags_the_upstream_step_that_breaks_each_held_in_input(name):
-    from optimus.inductor import observe_upstream
+    from optimus_lens.inductor import observe_upstream
 
     cls, shape, _ = HELD_IN[name]
     pass_name, rule = UPSTREAM_OPTIONS[name]

@@ -1,5 +1,6 @@
 """Model specs: module and file factories resolved from the current directory, .pt2 exported
 programs, the sample list, --skip, and upstream pass names (optimus/run.py, optimus/cli.py)."""
+
 import subprocess
 import sys
 import textwrap
@@ -8,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from optimus.cli import main
-from optimus.inductor import known_pre_grad_passes
-from optimus.passes import upstream_pipeline
-from optimus.run import ModelSpecError, load_model, optimize
+from optimus_lens.cli import main
+from optimus_lens.inductor import known_pre_grad_passes
+from optimus_lens.passes import upstream_pipeline
+from optimus_lens.run import ModelSpecError, load_model, optimize
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,9 +36,14 @@ FACTORY = textwrap.dedent("""
 def test_module_factory_resolves_from_the_current_directory_through_the_installed_script(tmp_path):
     (tmp_path / "mymodels.py").write_text(FACTORY)
     # -P: like the console script, nothing puts the current directory on sys.path
-    code = "import sys; from optimus.cli import main; sys.exit(main(sys.argv[1:]))"
-    r = subprocess.run([sys.executable, "-P", "-c", code, "run", "mymodels:build"], cwd=tmp_path,
-                       capture_output=True, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    code = "import sys; from optimus_lens.cli import main; sys.exit(main(sys.argv[1:]))"
+    r = subprocess.run(
+        [sys.executable, "-P", "-c", code, "run", "mymodels:build"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 0, r.stderr
     assert "batch_linear" in r.stdout
     assert str(tmp_path) not in sys.path
@@ -74,7 +80,7 @@ def test_a_pt2_exported_program_loads_with_its_example_inputs_and_fuses_like_the
 
 
 def test_samples_are_listed_by_the_samples_command_and_run_help(capsys):
-    import sample_models
+    from optimus_lens import sample_models
 
     assert main(["samples"]) == 0
     out = capsys.readouterr().out
@@ -91,8 +97,9 @@ def test_skip_switches_passes_off_and_rejects_unknown_names(capsys):
     assert {"batch_linear", "batch_relu"} <= {s.pass_name for s in full.steps}
     assert not {"batch_linear", "batch_relu"} & {s.pass_name for s in skipped.steps}
     assert "batch_layernorm" in {s.pass_name for s in skipped.steps}
-    only = optimize("sample:recsys_towers", passes=["batch_linear", "batch_relu"], skip=["batch_relu"],
-                    verify="off").trace
+    only = optimize(
+        "sample:recsys_towers", passes=["batch_linear", "batch_relu"], skip=["batch_relu"], verify="off"
+    ).trace
     assert {s.pass_name for s in only.steps} == {"batch_linear"}
     assert main(["run", "sample:recsys_towers", "--skip", "batch_lienar"]) == 2
     assert "batch_lienar" in capsys.readouterr().err

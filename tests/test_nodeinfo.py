@@ -1,10 +1,11 @@
 """The node inspector's data (optimus/nodeinfo.py, `optimus inspect`): a node's op, args, metas, module,
 source with code around it, and its provenance across every step of a trace."""
+
 import pytest
 
-from optimus.cli import main
-from optimus.nodeinfo import NodeNotFound, find_nodes, lifetime, node_info, node_info_text
-from optimus.run import optimize
+from optimus_lens.cli import main
+from optimus_lens.nodeinfo import NodeNotFound, find_nodes, lifetime, node_info, node_info_text
+from optimus_lens.run import optimize
 
 
 @pytest.fixture(scope="module")
@@ -15,15 +16,20 @@ def towers():
 def test_a_fused_node_shows_its_metas_source_and_where_it_went(towers):
     fuse = next(s for s in towers.steps if s.pattern == "batch_layernorm")
     info = node_info(towers, "layer_norm_3")
-    assert info.step == fuse.index - 1                     # the last graph that holds it
+    assert info.step == fuse.index - 1  # the last graph that holds it
     r = info.record
-    assert (r.op, r.target, r.shape, r.stride, r.dtype) == ("call_function", "torch.nn.functional.layer_norm",
-                                                            [32, 32], [32, 1], "float32")
+    assert (r.op, r.target, r.shape, r.stride, r.dtype) == (
+        "call_function",
+        "torch.nn.functional.layer_norm",
+        [32, 32],
+        [32, 1],
+        "float32",
+    )
     assert (r.module, r.module_type) == ("towers.3.norm", "LayerNorm")
     assert r.device == "cpu" and "  device  cpu" in node_info_text(info)
     assert [n for n, _ in info.inputs][0] == "relu_7" and info.inputs[0][1] == [32, 32]
     assert info.users == ["h"]
-    assert info.source_file.endswith("sample_models/demo.py")
+    assert info.source_file.endswith("optimus_lens/sample_models/demo.py")
     marked = [text for no, text in info.code if no == int(r.source.split(":")[1])]
     assert marked and "self.norm(" in marked[0] and len(info.code) == 7
     (erased,) = [e for e in info.events if e.kind == "erased"]
@@ -67,11 +73,11 @@ def test_inspect_cli_prints_the_node_and_exits_2_for_an_unknown_one(tmp_path, ca
 def test_device_is_recorded_and_a_trace_without_it_still_loads(towers, tmp_path, capsys):
     import json
 
-    from optimus.trace import Trace
+    from optimus_lens.trace import Trace
 
     data = json.loads(towers.dumps())
     assert all(r.get("device") == "cpu" for r in data["initial_graph"]["nodes"] if "shape" in r)
-    for r in data["initial_graph"]["nodes"]:                  # a trace written before device was recorded
+    for r in data["initial_graph"]["nodes"]:  # a trace written before device was recorded
         r.pop("device", None)
     for s in data["steps"]:
         for r in s["delta"]["upsert"]:
@@ -88,8 +94,9 @@ def test_the_node_a_failing_step_breaks_shows_its_changed_input_strides_and_its_
     """Upstream's batch_layernorm on the held-in input: the trace records the unbound
     piece with the old layer_norm's strides (upstream's metadata), the replay finds the
     real ones, and the .view that reads them is the node that raises."""
-    from optimus.run import observe
     from test_observe import HELD_IN
+
+    from optimus_lens.run import observe
 
     (tmp_path / "held_in.py").write_text(HELD_IN)
     monkeypatch.chdir(tmp_path)
@@ -100,7 +107,7 @@ def test_the_node_a_failing_step_breaks_shows_its_changed_input_strides_and_its_
     assert c.before == ("layer_norm", [4, 16], [16, 1]) and c.after[0].startswith("getitem")
     assert c.actual == [80, 1] and c.layout == "view needs strides compatible with the new shape"
     assert info.failure.startswith("RuntimeError: view size is not compatible")
-    assert node_info(up, "view", step=0).changes == []           # the captured graph: nothing changed yet
+    assert node_info(up, "view", step=0).changes == []  # the captured graph: nothing changed yet
     up.save(tmp_path / "up.json")
     assert main(["inspect", str(tmp_path / "up.json"), "view", "--step", "1"]) == 0
     out = capsys.readouterr().out

@@ -1,6 +1,7 @@
 """Watching PyTorch's own pre-grad passes (`optimus observe`, `optimus compare`, optimus/compare.py) on the
 issue's held-in input: five LayerNorm(16) on split pieces, each `.view(-1)`, where upstream's
 batch_layernorm breaks the view."""
+
 import os
 import subprocess
 import sys
@@ -9,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from optimus.cli import main
-from optimus.compare import compare_model, comparison_text
-from optimus.inductor import default_options, known_pre_grad_passes
-from optimus.trace import Trace
+from optimus_lens.cli import main
+from optimus_lens.compare import compare_model, comparison_text
+from optimus_lens.inductor import default_options, known_pre_grad_passes
+from optimus_lens.trace import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,8 +43,7 @@ def held_in(tmp_path, monkeypatch):
     return "held_in.py:build"
 
 
-def test_observe_flags_upstreams_batch_layernorm_and_its_repro_fails_on_a_fresh_interpreter(held_in, tmp_path,
-                                                                                             capsys):
+def test_observe_flags_upstreams_batch_layernorm_and_its_repro_fails_on_a_fresh_interpreter(held_in, tmp_path, capsys):
     assert main(["observe", held_in, "--options", '{"batch_layernorm": {}}', "--trace", "up.json"]) == 1
     out = capsys.readouterr().out
     assert "BatchLayernormFusion" in out
@@ -51,15 +51,16 @@ def test_observe_flags_upstreams_batch_layernorm_and_its_repro_fails_on_a_fresh_
     assert "view size is not compatible" in out
     t = Trace.load(tmp_path / "up.json")
     assert t.capture["upstream"] and t.failed_steps()[0].pass_name == "batch_layernorm"
-    assert main(["diff", "up.json"]) == 0               # the failing step's code, by default
+    assert main(["diff", "up.json"]) == 0  # the failing step's code, by default
     assert "layer_norm" in capsys.readouterr().out
     assert main(["repro", "up.json", "-o", "repro.py"]) == 0
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO)}
     (tmp_path / "fresh").mkdir()
     os.replace(tmp_path / "repro.py", tmp_path / "fresh" / "repro.py")
-    os.remove(tmp_path / "held_in.py")                  # the model's code is gone
-    r = subprocess.run([sys.executable, "-P", "repro.py"], cwd=tmp_path / "fresh", capture_output=True,
-                       text=True, env=env, timeout=300)
+    os.remove(tmp_path / "held_in.py")  # the model's code is gone
+    r = subprocess.run(
+        [sys.executable, "-P", "repro.py"], cwd=tmp_path / "fresh", capture_output=True, text=True, env=env, timeout=300
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     assert "BatchLayernormFusion" in r.stdout and "view size is not compatible" in r.stdout
 
@@ -95,7 +96,7 @@ def test_compare_of_the_default_pipelines_shows_the_same_fused_groups_and_where_
     assert c.nodes[0] == 108 and not c.upstream_defects and not c.ours_failed
     for name in ("batch_linear", "batch_layernorm", "batch_relu"):
         ours, up = c.groups[name]
-        assert sorted(ours) == sorted(up) and ours              # the same groups of the same nodes
+        assert sorted(ours) == sorted(up) and ours  # the same groups of the same nodes
     assert {s.pass_name for s in c.only_ours} >= {"split_cat_cleanup"}
     assert {s.pass_name for s in c.only_upstream} >= {"unbind_stack_pass"}
     text = comparison_text(c)
@@ -109,19 +110,23 @@ def test_an_upstream_rule_that_raises_is_the_last_step_flagged_as_a_defect(held_
         raise RuntimeError("rule failed")
 
     monkeypatch.setattr(gbf.BatchLayernormFusion, "fuse", broken_fuse)
-    assert main(["observe", held_in, "--options", '{"normalization_pass": {}, "batch_layernorm": {}}',
-                 "--trace", "up.json"]) == 1
+    assert (
+        main(
+            ["observe", held_in, "--options", '{"normalization_pass": {}, "batch_layernorm": {}}', "--trace", "up.json"]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
     assert "UPSTREAM DEFECT" in out and "BatchLayernormFusion raised RuntimeError: rule failed" in out
     t = Trace.load("up.json")
     last = t.steps[-1]
     assert (last.pass_name, last.verify.checked) == ("batch_layernorm", "raised") and len(last.sites) == 5
-    assert t.steps[0].pass_name == "normalization_pass" and t.steps[0].verify.ok   # what ran before is kept
+    assert t.steps[0].pass_name == "normalization_pass" and t.steps[0].verify.ok  # what ran before is kept
 
 
 def test_upstreams_unbind_stack_to_slices_crash_is_recorded_and_its_repro_raises_while_good_steps_pass():
-    from optimus.repro import run_repro, step_spec
-    from optimus.run import observe
+    from optimus_lens.repro import run_repro, step_spec
+    from optimus_lens.run import observe
 
     t = observe("sample:teach_split_stack").trace
     crash = t.steps[-1]
@@ -130,7 +135,7 @@ def test_upstreams_unbind_stack_to_slices_crash_is_recorded_and_its_repro_raises
     out = []
     assert run_repro(t.before(crash.index).to_json(), step_spec(t, crash.index), out=out.append) == 1
     assert "raised IndexError" in out[0]
-    for s in t.steps[:-1]:                       # upstream's pattern-pass steps replay one match each
+    for s in t.steps[:-1]:  # upstream's pattern-pass steps replay one match each
         out = []
         assert run_repro(t.before(s.index).to_json(), step_spec(t, s.index), out=out.append) == 0, out
 

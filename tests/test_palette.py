@@ -1,12 +1,13 @@
 """The presentation palette survives colour blindness: every pair of mark colours stays
 apart under simulated deuteranopia, protanopia and tritanopia."""
+
 from __future__ import annotations
 
 import itertools
 
 import pytest
 
-from viz.palette import MIN_CVD_DELTA, PRESENTATION, STANDARD, Palette
+from optimus_lens.viz.palette import MIN_CVD_DELTA, PRESENTATION, STANDARD, Palette
 
 colorspacious = pytest.importorskip("colorspacious")
 DEFICIENCIES = ("deuteranomaly", "protanomaly", "tritanomaly")  # at severity 100: -opia
@@ -14,7 +15,7 @@ DEFICIENCIES = ("deuteranomaly", "protanomaly", "tritanomaly")  # at severity 10
 
 def _rgb(hex_colour: str) -> list[float]:
     h = hex_colour.lstrip("#")
-    return [int(h[i:i + 2], 16) / 255 for i in (0, 2, 4)]
+    return [int(h[i : i + 2], 16) / 255 for i in (0, 2, 4)]
 
 
 def closest_pair(palette: Palette) -> tuple[float, str, str, str]:

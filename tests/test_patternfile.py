@@ -1,6 +1,7 @@
 """Pattern files: the three authoring forms load into patterns, preview where they match
 without changing the graph, explain near misses through the match language, apply as a
 pass with verified steps; bad files fail with the file's line."""
+
 from __future__ import annotations
 
 import operator
@@ -10,11 +11,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from optimus.capture import capture
-from optimus.engine import Pass, Pipeline
-from optimus.patternfile import PatternFileError, load_pattern_file, preview
-from optimus.pattern import why_not
-from optimus.run import optimize
+from optimus_lens.capture import capture
+from optimus_lens.engine import Pass, Pipeline
+from optimus_lens.pattern import why_not
+from optimus_lens.patternfile import PatternFileError, load_pattern_file, preview
+from optimus_lens.run import optimize
 
 
 class Swish(nn.Module):
@@ -41,19 +42,19 @@ def replacement(x):
     return F.silu(x)
 '''
 
-SWISH_RULE = '''
+SWISH_RULE = """
 import operator
 import torch
 import torch.nn.functional as F
-from optimus.lang import Op, Rule, Var
+from optimus_lens.lang import Op, Rule, Var
 
 PATTERNS = [Rule("swish_to_silu", Op(operator.mul, Var("x"), Op(torch.sigmoid, Var("x"))),
                  lambda rw, x: rw.call(F.silu, x), description="x * sigmoid(x) is SiLU")]
-'''
+"""
 
-RELU_BATCH = '''
+RELU_BATCH = """
 import torch
-from optimus.pattern import BatchPattern
+from optimus_lens.pattern import BatchPattern
 
 class BatchSigmoidPreview(BatchPattern):
     name = "my_batch_sigmoid"
@@ -68,7 +69,7 @@ class BatchSigmoidPreview(BatchPattern):
         raise NotImplementedError
 
 PATTERNS = [BatchSigmoidPreview]
-'''
+"""
 
 
 def _write(tmp_path, name, text):
@@ -159,7 +160,7 @@ def test_a_pattern_that_does_not_trace_names_the_function(tmp_path):
 
 
 def test_cli_match_previews_and_run_applies_a_pattern_file(tmp_path, capsys):
-    from optimus.cli import main
+    from optimus_lens.cli import main
 
     path = _write(tmp_path, "swish.py", SWISH_FUNCTIONS)
     out = tmp_path / "m.json"
@@ -174,7 +175,7 @@ def test_cli_match_previews_and_run_applies_a_pattern_file(tmp_path, capsys):
 
 
 def test_cli_reports_a_broken_pattern_file_as_bad_input(tmp_path, capsys):
-    from optimus.cli import main
+    from optimus_lens.cli import main
 
     path = _write(tmp_path, "bad.py", "def pattern(x)\n")
     assert main(["match", "sample:swish_mlp", "--pattern-file", str(path)]) == 2

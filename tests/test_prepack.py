@@ -1,11 +1,12 @@
-"""Pre-packed weights (optimus.prepack): constants made once in inference, per-call stacks in training."""
+"""Pre-packed weights (optimus_lens.prepack): constants made once in inference, per-call stacks in training."""
+
 import pytest
 import torch
 
-from optimus.engine import copy_graph_module
-from optimus.memory import peak_bytes
-from optimus.prepack import StaleWeightsError, is_inference, prepack, refresh
-from optimus.run import load_model, optimize
+from optimus_lens.engine import copy_graph_module
+from optimus_lens.memory import peak_bytes
+from optimus_lens.prepack import StaleWeightsError, is_inference, prepack, refresh
+from optimus_lens.run import load_model, optimize
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def test_prepack_folds_stacked_parameters_into_constants_with_equal_outputs(towe
 
 def test_prepack_records_one_step_per_constant_with_bytes_packed(towers):
     base, gm, ins, r = _fresh(towers)
-    from optimus.trace import Trace
+    from optimus_lens.trace import Trace
 
     trace = Trace.loads(r.trace.dumps())
     n = len(trace.steps)
@@ -119,14 +120,22 @@ def test_matmul_operands_are_packed_contiguous_and_every_constant_meta_matches_i
     for n in consts:
         buf = getattr(gm, n.target)
         assert n.meta["example_value"].stride() == buf.stride() and tuple(n.meta["example_value"].shape) == buf.shape
-    weights = [getattr(gm, n.target) for n in consts if any(u.target is torch.baddbmm and u.args[2] is n
-                                                            for u in n.users)]
+    weights = [
+        getattr(gm, n.target) for n in consts if any(u.target is torch.baddbmm and u.args[2] is n for u in n.users)
+    ]
     assert len(weights) == 2 and all(w.is_contiguous() and w.shape == (32, 64, 64) for w in weights)
 
 
-@pytest.mark.parametrize("spec,constants", [("sample:teach_batch_linear_lhs", 2), ("sample:bert", 4),
-                                            ("sample:teach_batch_layernorm_variants", 4),
-                                            ("sample:teach_batch_conv1d", 2), ("sample:teach_batch_matmul", 1)])
+@pytest.mark.parametrize(
+    "spec,constants",
+    [
+        ("sample:teach_batch_linear_lhs", 2),
+        ("sample:bert", 4),
+        ("sample:teach_batch_layernorm_variants", 4),
+        ("sample:teach_batch_conv1d", 2),
+        ("sample:teach_batch_matmul", 1),
+    ],
+)
 def test_prepack_covers_cat_stack_and_every_linear_form_with_equal_outputs(spec, constants):
     r = optimize(spec, verify="off")
     gm, ins = r.engine.gm, r.captured.example_inputs

@@ -1,15 +1,16 @@
 """The per-step estimate (kernels saved, bytes copied) and the option that skips unprofitable fusions."""
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from optimus.engine import Engine, Pass, Pipeline, RunOptions
-from optimus.capture import capture
-from optimus.passes import REGISTRY
-from optimus.pattern import SearchOptions
-from optimus.profit import BYTES_PER_US, KERNEL_US, pass_estimates, step_estimate
+from optimus_lens.capture import capture
+from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.passes import REGISTRY
+from optimus_lens.pattern import SearchOptions
+from optimus_lens.profit import BYTES_PER_US, KERNEL_US, pass_estimates, step_estimate
 
 
 class FiveRelus(nn.Module):

@@ -1,11 +1,12 @@
 """The hand-fused bounds of the real-model samples compute the model's function from its weights."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-import sample_models
-from sample_models.recsys_real import FusedTwinTowers
+from optimus_lens import sample_models
+from optimus_lens.sample_models.recsys_real import FusedTwinTowers
 
 
 @pytest.mark.parametrize("name", ["mmoe", "twin_towers"])
@@ -23,5 +24,5 @@ def test_twin_towers_bound_with_the_per_tower_tail_matches_too_and_packs_copies_
     ref = FusedTwinTowers(model, fuse_tail=False).eval()
     with torch.no_grad():
         torch.testing.assert_close(ref(*inputs), model(*inputs))
-        model.towers[0][0].weight.add_(1.0)            # the bound holds a copy made at construction
+        model.towers[0][0].weight.add_(1.0)  # the bound holds a copy made at construction
     assert not torch.equal(ref.w0[0], model.towers[0][0].weight.t())

@@ -1,5 +1,6 @@
 """Repro export (optimus/repro.py, optimus/rebuild.py, `optimus repro`): a standalone script replays one
 step of a trace from its snapshot alone; round trips run the script in a fresh interpreter."""
+
 import os
 import random
 import re
@@ -13,23 +14,23 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-import sample_models
-from optimus.capture import capture
-from optimus.cli import main
-from optimus.engine import Engine, Pass, Pipeline, RunOptions
-from optimus.pattern import REGISTRY
-from optimus.rebuild import graph_module, random_inputs
-from optimus.repro import run_repro, step_spec
-from optimus.run import optimize
-from optimus.trace import Trace
-from optimus.verify import compare, run_graph
-from sample_models.random_models import build, dtype_supported, random_spec
+from optimus_lens import sample_models
+from optimus_lens.capture import capture
+from optimus_lens.cli import main
+from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.pattern import REGISTRY
+from optimus_lens.rebuild import graph_module, random_inputs
+from optimus_lens.repro import run_repro, step_spec
+from optimus_lens.run import optimize
+from optimus_lens.sample_models.random_models import build, dtype_supported, random_spec
+from optimus_lens.trace import Trace
+from optimus_lens.verify import compare, run_graph
 
 REPO = Path(__file__).resolve().parent.parent
 
 BROKEN = textwrap.dedent('''
     import torch
-    from optimus.pattern import Match, Miss, RewritePattern, register
+    from optimus_lens.pattern import Match, Miss, RewritePattern, register
 
 
     @register
@@ -54,10 +55,13 @@ BROKEN = textwrap.dedent('''
 
 def run_script(path: Path, extra_path: str = "") -> subprocess.CompletedProcess:
     """The script in a fresh interpreter that sees only the package (and ``extra_path``)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), extra_path) if p)}
-    return subprocess.run([sys.executable, "-P", str(path)], capture_output=True, text=True, env=env,
-                          cwd=path.parent, timeout=300)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), extra_path) if p),
+    }
+    return subprocess.run(
+        [sys.executable, "-P", str(path)], capture_output=True, text=True, env=env, cwd=path.parent, timeout=300
+    )
 
 
 def test_snapshots_rebuild_to_graphs_that_compute_what_the_captured_and_optimised_graphs_do():
@@ -97,7 +101,7 @@ def test_repro_of_a_good_step_passes_in_a_fresh_interpreter(tmp_path, capsys):
     script = tmp_path / "repro.py"
     assert main(["repro", str(trace), "--step", str(index), "-o", str(script)]) == 0
     imports = {line for line in script.read_text().splitlines() if line.startswith(("import ", "from "))}
-    assert imports == {"import json", "import sys", "from optimus.repro import run_repro"}  # no model code
+    assert imports == {"import json", "import sys", "from optimus_lens.repro import run_repro"}  # no model code
     r = run_script(script)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "OK: the rewritten graph matches" in r.stdout
@@ -140,26 +144,40 @@ def test_repro_refuses_a_missing_step_and_a_garbage_trace(tmp_path, capsys):
 
 
 def test_rebuild_reads_dtypes_devices_slices_and_never_evaluates_strings():
-    from optimus.trace import GraphSnapshot, NodeRecord
+    from optimus_lens.trace import GraphSnapshot, NodeRecord
 
     x = {"node": "x"}
-    snap = GraphSnapshot([
-        NodeRecord("x", "placeholder", "x", shape=[4, 6], dtype="float32", stride=[1, 4]),
-        NodeRecord("half", "call_method", "to", [x, "float64"], inputs=["x"]),
-        NodeRecord("z", "call_function", "torch.zeros", [[2]], {"device": "device(type='cpu')", "dtype": "float16"}),
-        NodeRecord("cut", "call_function", "_operator.getitem",
-                   [{"node": "half"}, [{"slice": [None, None, None]}, {"slice": [1, 5, 2]}]], inputs=["half"]),
-        NodeRecord("output", "output", "output", [[{"node": "cut"}, {"node": "z"}]], inputs=["cut", "z"]),
-    ])
+    snap = GraphSnapshot(
+        [
+            NodeRecord("x", "placeholder", "x", shape=[4, 6], dtype="float32", stride=[1, 4]),
+            NodeRecord("half", "call_method", "to", [x, "float64"], inputs=["x"]),
+            NodeRecord(
+                "z", "call_function", "torch.zeros", [[2]], {"device": "device(type='cpu')", "dtype": "float16"}
+            ),
+            NodeRecord(
+                "cut",
+                "call_function",
+                "_operator.getitem",
+                [{"node": "half"}, [{"slice": [None, None, None]}, {"slice": [1, 5, 2]}]],
+                inputs=["half"],
+            ),
+            NodeRecord("output", "output", "output", [[{"node": "cut"}, {"node": "z"}]], inputs=["cut", "z"]),
+        ]
+    )
     gm = graph_module(snap)
     (inp,) = random_inputs(snap)
     assert inp.stride() == (1, 4) and inp.dtype == torch.float32
     cut, z = gm(inp)
     assert cut.dtype == torch.float64 and torch.equal(cut, inp.double()[:, 1:5:2])
     assert z.dtype == torch.float16 and z.device == torch.device("cpu")
-    evil = GraphSnapshot([NodeRecord("z", "call_function", "torch.zeros", [[2]],
-                                     {"device": "device(type=__import__('os').getpid())"}),
-                          NodeRecord("output", "output", "output", [{"node": "z"}], inputs=["z"])])
+    evil = GraphSnapshot(
+        [
+            NodeRecord(
+                "z", "call_function", "torch.zeros", [[2]], {"device": "device(type=__import__('os').getpid())"}
+            ),
+            NodeRecord("output", "output", "output", [{"node": "z"}], inputs=["z"]),
+        ]
+    )
     with pytest.raises(RuntimeError, match="device"):  # the string reaches torch as a string
         graph_module(evil)()
 

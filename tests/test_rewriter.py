@@ -1,6 +1,7 @@
 """The Rewriter: every change goes through it, and a step that raises or leaves the graph
 invalid is rolled back to exactly the graph before it, recorded as failed, and the run
 goes on with the pattern disabled at that site (or stops, by option)."""
+
 import re
 from pathlib import Path
 
@@ -8,12 +9,12 @@ import pytest
 import torch
 import torch.nn as nn
 
-from optimus.capture import capture
-from optimus.engine import Engine, Pass, PatternError, Pipeline, RunOptions
-from optimus.passes.common import RELU, call, is_call
-from optimus.pattern import Match, Miss, RewritePattern
-from optimus.rewriter import InvalidGraph, Listener, Rewriter, find_cycle
-from optimus.trace import Trace
+from optimus_lens.capture import capture
+from optimus_lens.engine import Engine, Pass, PatternError, Pipeline, RunOptions
+from optimus_lens.passes.common import RELU, call, is_call
+from optimus_lens.pattern import Match, Miss, RewritePattern
+from optimus_lens.rewriter import InvalidGraph, Listener, Rewriter, find_cycle
+from optimus_lens.trace import Trace
 
 
 def fingerprint(graph) -> list[tuple]:
@@ -22,8 +23,18 @@ def fingerprint(graph) -> list[tuple]:
     out = []
     for n in graph.nodes:
         args = torch.fx.node.map_arg((n.args, dict(n.kwargs)), lambda a: ("node", id(a), a.name))
-        out.append((id(n), n.name, n.op, str(n.target), repr(args), [id(u) for u in n.users],
-                    id(n.meta.get("example_value")), sorted(n.meta)))
+        out.append(
+            (
+                id(n),
+                n.name,
+                n.op,
+                str(n.target),
+                repr(args),
+                [id(u) for u in n.users],
+                id(n.meta.get("example_value")),
+                sorted(n.meta),
+            )
+        )
     return out
 
 
@@ -71,9 +82,9 @@ class MakesCycle(ReluToClamp):
     name = "makes_cycle"
 
     def breaks(self, rw, n, c):
-        rw.replace_all_uses(n, c)          # the relu's user now reads the clamp ...
+        rw.replace_all_uses(n, c)  # the relu's user now reads the clamp ...
         user = next(iter(c.users))
-        rw.modify(c, args=(user,))         # ... and the clamp reads that user: a cycle
+        rw.modify(c, args=(user,))  # ... and the clamp reads that user: a cycle
         rw.erase(n)
 
 
@@ -81,27 +92,29 @@ class ErasesUsedNode(ReluToClamp):
     name = "erases_used_node"
 
     def breaks(self, rw, n, c):
-        rw.erase(n.args[0])                 # the linear feeding the relu still has users
+        rw.erase(n.args[0])  # the linear feeding the relu still has users
 
 
 class MutatesDirectly(ReluToClamp):
     name = "mutates_directly"
 
     def breaks(self, rw, n, c):
-        n.replace_all_uses_with(c)         # around the Rewriter
+        n.replace_all_uses_with(c)  # around the Rewriter
 
 
-@pytest.mark.parametrize("pattern,kind,error", [
-    (ReluToClamp(breaks_at=1), "raised", "RuntimeError"),
-    (MakesCycle(breaks_at=1), "invalid", "InvalidGraph"),
-    (ErasesUsedNode(breaks_at=1), "raised", "RuntimeError"),
-    (MutatesDirectly(breaks_at=1), "direct-mutation", "DirectMutation"),
-])
+@pytest.mark.parametrize(
+    "pattern,kind,error",
+    [
+        (ReluToClamp(breaks_at=1), "raised", "RuntimeError"),
+        (MakesCycle(breaks_at=1), "invalid", "InvalidGraph"),
+        (ErasesUsedNode(breaks_at=1), "raised", "RuntimeError"),
+        (MutatesDirectly(breaks_at=1), "direct-mutation", "DirectMutation"),
+    ],
+)
 def test_a_broken_step_is_rolled_back_exactly_recorded_failed_and_the_run_goes_on(pattern, kind, error):
     c = _captured()
     before = fingerprint(c.gm.graph)
-    eng = Engine(c.gm, c.example_inputs, Pipeline([Pass("p", [pattern], max_iterations=2)]),
-                 RunOptions(verify="step"))
+    eng = Engine(c.gm, c.example_inputs, Pipeline([Pass("p", [pattern], max_iterations=2)]), RunOptions(verify="step"))
     seen = []
     gen = eng.steps()
     first = next(gen)
@@ -112,8 +125,8 @@ def test_a_broken_step_is_rolled_back_exactly_recorded_failed_and_the_run_goes_o
     seen.extend(gen)
     failed = [s for s in seen if s.error]
     ok = [s for s in seen if not s.error]
-    assert len(failed) == 1 and len(ok) == 1                 # the other relu is still rewritten
-    assert failed[0].sites != ok[0].sites                    # and the broken site is not retried
+    assert len(failed) == 1 and len(ok) == 1  # the other relu is still rewritten
+    assert failed[0].sites != ok[0].sites  # and the broken site is not retried
     assert all(s.verify.ok for s in ok)
     assert eng.trace.final_verify.ok
     assert failed[0].delta.upsert == [] and failed[0].delta.remove == []
@@ -121,7 +134,7 @@ def test_a_broken_step_is_rolled_back_exactly_recorded_failed_and_the_run_goes_o
     assert re.fullmatch(r"tests/test_rewriter\.py:\d+", src), src
     line = int(src.rsplit(":", 1)[1])
     code = Path(__file__).read_text().splitlines()[line - 1]
-    assert "def breaks" not in code and code.strip()        # the line in the pattern that raised
+    assert "def breaks" not in code and code.strip()  # the line in the pattern that raised
     assert sum(1 for n in c.gm.graph.nodes if n.target is torch.clamp) == 1
     assert sum(1 for n in c.gm.graph.nodes if is_call(n, *RELU)) == 1
 
@@ -129,8 +142,12 @@ def test_a_broken_step_is_rolled_back_exactly_recorded_failed_and_the_run_goes_o
 def test_on_error_stop_raises_with_the_graph_as_before_the_step():
     c = _captured()
     before = fingerprint(c.gm.graph)
-    eng = Engine(c.gm, c.example_inputs, Pipeline([Pass("p", [ReluToClamp(breaks_at=1)])]),
-                 RunOptions(verify="off", on_error="stop"))
+    eng = Engine(
+        c.gm,
+        c.example_inputs,
+        Pipeline([Pass("p", [ReluToClamp(breaks_at=1)])]),
+        RunOptions(verify="off", on_error="stop"),
+    )
     with pytest.raises(PatternError, match="broken after creating a node") as e:
         eng.run()
     assert e.value.pattern == "relu_to_clamp" and e.value.site
@@ -185,8 +202,12 @@ def test_listeners_hear_every_change_in_order():
     rw.replace_all_uses(relu, t)
     rw.erase(relu)
     rw.modify(t, kwargs={})
-    assert heard == [("inserted", torch.tanh), ("replaced", relu.name, t.name, 1), ("erased", relu.name),
-                     ("modified", t.name)]
+    assert heard == [
+        ("inserted", torch.tanh),
+        ("replaced", relu.name, t.name, 1),
+        ("erased", relu.name),
+        ("modified", t.name),
+    ]
 
 
 def test_find_cycle_names_the_cycle_and_ignores_acyclic_changes():
@@ -208,20 +229,27 @@ def test_find_cycle_names_the_cycle_and_ignores_acyclic_changes():
 
 def test_no_shipped_pattern_mutates_the_graph_directly():
     """Every change in optimus/passes/ goes through the Rewriter: no FX mutator is called there."""
-    mutators = re.compile(r"\.(replace_all_uses_with|replace_input_with|erase_node|create_node|call_function|"
-                          r"call_method|placeholder|get_attr|output|prepend|_update_args_kwargs|"
-                          r"inserting_after)\(|\.(args|kwargs|target|op|name)\s*=[^=]|\.meta\[[^\]]*\]\s*=[^=]|"
-                          r"\.meta\.(update|pop|setdefault)\(")
-    root = Path(__file__).resolve().parent.parent / "optimus" / "passes"
-    hits = [f"{p.name}:{i}: {line.strip()}" for p in sorted(root.rglob("*.py"))
-            for i, line in enumerate(p.read_text().splitlines(), 1) if mutators.search(line)]
+    mutators = re.compile(
+        r"\.(replace_all_uses_with|replace_input_with|erase_node|create_node|call_function|"
+        r"call_method|placeholder|get_attr|output|prepend|_update_args_kwargs|"
+        r"inserting_after)\(|\.(args|kwargs|target|op|name)\s*=[^=]|\.meta\[[^\]]*\]\s*=[^=]|"
+        r"\.meta\.(update|pop|setdefault)\("
+    )
+    root = Path(__file__).resolve().parent.parent / "optimus_lens" / "passes"
+    hits = [
+        f"{p.name}:{i}: {line.strip()}"
+        for p in sorted(root.rglob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if mutators.search(line)
+    ]
     assert hits == []
 
 
 def test_failed_steps_round_trip_through_json_and_old_traces_still_load():
     c = _captured()
-    t = Engine(c.gm, c.example_inputs, Pipeline([Pass("p", [ReluToClamp(breaks_at=1)])]),
-               RunOptions(verify="off")).run()
+    t = Engine(
+        c.gm, c.example_inputs, Pipeline([Pass("p", [ReluToClamp(breaks_at=1)])]), RunOptions(verify="off")
+    ).run()
     assert any(s.error for s in t.steps)
     back = Trace.loads(t.dumps())
     assert back.to_json() == t.to_json()

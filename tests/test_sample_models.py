@@ -16,8 +16,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import sample_models
-from sample_models import REGISTRY, SampleModel, get, names, register
+from optimus_lens import sample_models
+from optimus_lens.sample_models import REGISTRY, SampleModel, get, names, register
 
 HAS_TRANSFORMERS = True
 try:  # only decides whether the realistic models are expected to build
@@ -82,8 +82,7 @@ def op_nodes(gm: torch.fx.GraphModule, op: str) -> list[torch.fx.Node]:
     return [
         n
         for n in gm.graph.nodes
-        if (n.op == "call_function" and n.target in funcs)
-        or (n.op == "call_method" and n.target in methods)
+        if (n.op == "call_function" and n.target in funcs) or (n.op == "call_method" and n.target in methods)
     ]
 
 
@@ -387,9 +386,7 @@ def test_split_cat_semantics():
     assert not torch.equal(b, w)  # reversed uneven split: not an identity
     assert torch.equal(b, torch.cat([w[:, 8:], w[:, 4:8], w[:, :4]], dim=1))
     assert torch.equal(c, y)  # stack(unbind): identity
-    dims = sorted(
-        n.kwargs.get("dim", n.args[2] if len(n.args) > 2 else 0) for n in op_nodes(gm, "split")
-    )
+    dims = sorted(n.kwargs.get("dim", n.args[2] if len(n.args) > 2 else 0) for n in op_nodes(gm, "split"))
     assert dims == [-1, 1]  # one negative dim that needs normalising
 
 

@@ -10,6 +10,7 @@ the engine's bookkeeping (GraphIndex numberings, cached keys, dirty roots, share
 target index), so any difference in what those skip shows up as a different step list or
 a different graph.
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,14 +27,14 @@ from hypothesis import HealthCheck, given, settings
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx import Graph, GraphModule, Node
 
-import sample_models
-from optimus.capture import capture
-from optimus.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
-from optimus.passes import default_pipeline
-from optimus.pattern import REGISTRY, BatchPattern, Miss, SearchOptions
-from optimus.record import recording, snapshot_graph
-from optimus.rewriter import Rewriter
-from optimus.search import GraphIndex, independent_subsets
+from optimus_lens import sample_models
+from optimus_lens.capture import capture
+from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
+from optimus_lens.passes import default_pipeline
+from optimus_lens.pattern import REGISTRY, BatchPattern, Miss, SearchOptions
+from optimus_lens.record import recording, snapshot_graph
+from optimus_lens.rewriter import Rewriter
+from optimus_lens.search import GraphIndex, independent_subsets
 
 # --------------------------------------------------------------------------- reference
 
@@ -118,7 +119,9 @@ def ref_repair(graph: Graph, nodes: list[Node]) -> None:
             work.extend(v.users)
 
 
-def reference_run(gm: GraphModule, pipeline: Pipeline, sweeps: list | None = None) -> list[tuple[str, str, tuple[str, ...]]]:
+def reference_run(
+    gm: GraphModule, pipeline: Pipeline, sweeps: list | None = None
+) -> list[tuple[str, str, tuple[str, ...]]]:
     """Run ``pipeline`` over ``gm`` the plain way; returns (pass, pattern, site names) per
     step. ``sweeps``, if given, receives the sweep number (0 = first) of every step."""
     graph, steps = gm.graph, []
@@ -173,7 +176,9 @@ def engine_run(gm: GraphModule, pipeline: Pipeline, record: bool = True):
     for k, _step in enumerate(eng.steps(), 1):
         eng.index.check()
         if record:
-            assert eng.trace.graph_at(k).signature() == snapshot_graph(gm.graph).signature(), f"replay differs at step {k}"
+            assert eng.trace.graph_at(k).signature() == snapshot_graph(gm.graph).signature(), (
+                f"replay differs at step {k}"
+            )
     return eng.trace
 
 
@@ -242,14 +247,15 @@ def random_dag(seed: int, size: int, p_edge_far: float) -> GraphModule:
             vals.append(op("add_", pick(), 1.0))
         else:
             vals.append(op(torch.add, pick(), pick()))
-    sinks = [v for v in vals[len(xs):] if not v.users] or [vals[-1]]
+    sinks = [v for v in vals[len(xs) :] if not v.users] or [vals[-1]]
     g.output(tuple(sinks))
     return GraphModule(torch.nn.Module(), g)
 
 
 def small_pipeline(min_size: int, max_size: int, depth: int, search: str = "upstream") -> Pipeline:
-    opts = SearchOptions(min_fuse_set_size=min_size, max_fuse_set_size=max_size, max_fuse_search_depth=depth,
-                         search=search)
+    opts = SearchOptions(
+        min_fuse_set_size=min_size, max_fuse_set_size=max_size, max_fuse_search_depth=depth, search=search
+    )
     batch = [Pass(n, [REGISTRY[n]], options=opts) for n in ("batch_linear", "batch_layernorm", "batch_sigmoid")]
     # two patterns in one pass: a step of either dirties the other's roots
     batch.append(Pass("relu_and_tanh", [REGISTRY["batch_relu"], REGISTRY["batch_tanh"]], options=opts))
@@ -257,8 +263,14 @@ def small_pipeline(min_size: int, max_size: int, depth: int, search: str = "upst
     return Pipeline(batch + rewrites)
 
 
-dag_params = st.tuples(st.integers(0, 2**31), st.integers(5, 40), st.sampled_from([0.0, 0.2, 0.6]),
-                       st.integers(2, 3), st.integers(2, 6), st.integers(1, 5))
+dag_params = st.tuples(
+    st.integers(0, 2**31),
+    st.integers(5, 40),
+    st.sampled_from([0.0, 0.2, 0.6]),
+    st.integers(2, 3),
+    st.integers(2, 6),
+    st.integers(1, 5),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -270,13 +282,36 @@ def test_random_dags_fuse_the_same_groups_into_the_same_graph_as_the_reference(p
 
 # random DAGs (seed, size, p_edge_far, min, max, depth) on which a batch pass of the reference
 # fuses again in a later sweep: the engine must find those groups from its dirty roots alone
-LATER_SWEEP_CASES = [(41, 22, 0.6, 2, 2, 3), (58, 28, 0.2, 2, 2, 3), (77, 35, 0.6, 2, 3, 3), (78, 36, 0.2, 2, 2, 4),
-                     (83, 25, 0.6, 2, 2, 3), (84, 33, 0.6, 2, 2, 5), (94, 27, 0.2, 2, 2, 4), (104, 40, 0.2, 2, 2, 3),
-                     (115, 38, 0.6, 2, 2, 2), (119, 39, 0.6, 2, 2, 5), (120, 26, 0.2, 2, 2, 5), (125, 38, 0.2, 2, 2, 4),
-                     (129, 28, 0.6, 2, 2, 5), (142, 28, 0.6, 2, 2, 5), (158, 31, 0.2, 2, 2, 2), (192, 21, 0.6, 2, 2, 5),
-                     (193, 27, 0.6, 2, 2, 4), (217, 40, 0.6, 2, 2, 3), (222, 34, 0.2, 2, 2, 4), (225, 32, 0.2, 2, 2, 3),
-                     (231, 37, 0.2, 2, 2, 5), (238, 35, 0.6, 2, 2, 5), (244, 40, 0.6, 2, 3, 5), (268, 34, 0.6, 2, 2, 5),
-                     (277, 38, 0.2, 2, 2, 3), (278, 39, 0.6, 2, 3, 4), (295, 37, 0.6, 2, 4, 5), (328, 30, 0.6, 2, 3, 5)]
+LATER_SWEEP_CASES = [
+    (41, 22, 0.6, 2, 2, 3),
+    (58, 28, 0.2, 2, 2, 3),
+    (77, 35, 0.6, 2, 3, 3),
+    (78, 36, 0.2, 2, 2, 4),
+    (83, 25, 0.6, 2, 2, 3),
+    (84, 33, 0.6, 2, 2, 5),
+    (94, 27, 0.2, 2, 2, 4),
+    (104, 40, 0.2, 2, 2, 3),
+    (115, 38, 0.6, 2, 2, 2),
+    (119, 39, 0.6, 2, 2, 5),
+    (120, 26, 0.2, 2, 2, 5),
+    (125, 38, 0.2, 2, 2, 4),
+    (129, 28, 0.6, 2, 2, 5),
+    (142, 28, 0.6, 2, 2, 5),
+    (158, 31, 0.2, 2, 2, 2),
+    (192, 21, 0.6, 2, 2, 5),
+    (193, 27, 0.6, 2, 2, 4),
+    (217, 40, 0.6, 2, 2, 3),
+    (222, 34, 0.2, 2, 2, 4),
+    (225, 32, 0.2, 2, 2, 3),
+    (231, 37, 0.2, 2, 2, 5),
+    (238, 35, 0.6, 2, 2, 5),
+    (244, 40, 0.6, 2, 3, 5),
+    (268, 34, 0.6, 2, 2, 5),
+    (277, 38, 0.2, 2, 2, 3),
+    (278, 39, 0.6, 2, 3, 4),
+    (295, 37, 0.6, 2, 4, 5),
+    (328, 30, 0.6, 2, 3, 5),
+]
 
 
 def test_groups_the_reference_finds_only_in_a_later_sweep_are_found_from_dirty_roots():
@@ -312,7 +347,9 @@ class ReluByUsers(type(REGISTRY["batch_relu"])):
 @given(st.integers(0, 2**31), st.integers(10, 40), st.integers(2, 4))
 def test_keys_that_read_users_are_recomputed_when_a_step_changes_the_users(seed, size, depth):
     opts = SearchOptions(min_fuse_set_size=2, max_fuse_set_size=4, max_fuse_search_depth=depth, search="upstream")
-    pipeline = Pipeline([Pass("users", [REGISTRY["batch_tanh"], REGISTRY["batch_sigmoid"], ReluByUsers()], options=opts)])
+    pipeline = Pipeline(
+        [Pass("users", [REGISTRY["batch_tanh"], REGISTRY["batch_sigmoid"], ReluByUsers()], options=opts)]
+    )
     assert_same_as_reference(random_dag(seed, size, 0.3), pipeline, record=False)
 
 
@@ -324,9 +361,14 @@ def test_a_key_that_changes_when_a_step_fuses_the_users_is_not_served_stale():
     x = g.placeholder("x")
     x.meta["example_value"] = mode.from_tensor(torch.zeros(2, WIDTH))
     nodes = {}
-    for name, fn, src in [("relu_a", F.relu, "x"), ("relu_b", F.relu, "x"), ("relu_c", F.relu, "x"),
-                          ("tanh_a", torch.tanh, "relu_a"), ("tanh_b", torch.tanh, "relu_b"),
-                          ("tanh_c", torch.tanh, "relu_c")]:
+    for name, fn, src in [
+        ("relu_a", F.relu, "x"),
+        ("relu_b", F.relu, "x"),
+        ("relu_c", F.relu, "x"),
+        ("tanh_a", torch.tanh, "relu_a"),
+        ("tanh_b", torch.tanh, "relu_b"),
+        ("tanh_c", torch.tanh, "relu_c"),
+    ]:
         n = nodes[name] = g.call_function(fn, (nodes.get(src, x),))
         n.name = name
         with mode:
@@ -412,8 +454,8 @@ def towers(n_towers: int, layers: int) -> GraphModule:
 
 def search_work(gm: GraphModule, monkeypatch) -> dict[str, int]:
     """Root searches, nodes examined by them, and keys computed in one engine run."""
-    import optimus.engine as engine_mod
-    import optimus.search as search_mod
+    import optimus_lens.engine as engine_mod
+    import optimus_lens.search as search_mod
 
     work = {"searches": 0, "examined": 0, "keys": 0}
 
@@ -422,6 +464,7 @@ def search_work(gm: GraphModule, monkeypatch) -> dict[str, int]:
             def counted(n):
                 work["examined"] += 1
                 return key(n)
+
             super().__init__(counted, depth)
 
         def __call__(self, root):
@@ -484,8 +527,9 @@ def test_index_stays_valid_when_many_nodes_are_inserted_at_one_place():
 def test_index_stays_valid_under_random_inserts_and_rewires_with_tiny_gaps(seed, gap):
     """Runs of new nodes land anywhere (several per step, before their own inputs too)
     and users are rewired to them; with labels 2..64 apart, relabelling happens often."""
-    import optimus.search as search_mod
     from unittest import mock
+
+    import optimus_lens.search as search_mod
 
     rng = random.Random(seed)
     with mock.patch.object(search_mod, "GAP", gap), mock.patch.object(search_mod, "SPREAD", 2):
@@ -504,8 +548,11 @@ def test_index_stays_valid_under_random_inserts_and_rewires_with_tiny_gaps(seed,
                         created.append(g.call_function(torch.neg, (rng.choice(nodes),)))
             rewired = []
             for c in created:
-                users = [u for u in g.nodes if u.op == "call_function" and u not in created
-                         and u.args[0] is not c and rng.random() < 0.1]
+                users = [
+                    u
+                    for u in g.nodes
+                    if u.op == "call_function" and u not in created and u.args[0] is not c and rng.random() < 0.1
+                ]
                 for u in users[:1]:
                     if u in find_dependent_nodes(c, [u]):  # would make a cycle
                         continue
@@ -537,7 +584,7 @@ def test_repair_moves_a_node_created_before_its_inputs_and_its_users():
 # --------------------------------------------------------------------------- sample models
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _captured(name: str):
     model, inputs = sample_models.get(name)
     return capture(model, inputs)
@@ -558,17 +605,36 @@ def test_recsys_towers_has_steps_to_compare():
 
 
 def test_node_record_json_leaves_out_defaults_and_derivable_inputs_and_reads_back():
-    from optimus.trace import NodeRecord
+    from optimus_lens.trace import NodeRecord
 
-    rec = NodeRecord("cat", "call_function", "torch.cat", [[{"node": "a"}, {"node": "b"}, {"node": "a"}]],
-                     {"dim": 1}, ["a", "b"], [2, 8], "float32")
+    rec = NodeRecord(
+        "cat",
+        "call_function",
+        "torch.cat",
+        [[{"node": "a"}, {"node": "b"}, {"node": "a"}]],
+        {"dim": 1},
+        ["a", "b"],
+        [2, 8],
+        "float32",
+    )
     d = rec.to_json()
     assert set(d) == {"name", "op", "target", "args", "kwargs", "shape", "dtype"}
     assert NodeRecord.from_json(d) == rec
     odd = NodeRecord("x", "placeholder", "x", inputs=["y"])  # inputs not derivable: kept
     assert NodeRecord.from_json(odd.to_json()) == odd
-    full = {"name": "p", "op": "placeholder", "target": "p", "args": [], "kwargs": {}, "inputs": [],
-            "shape": None, "dtype": None, "module": None, "module_type": None, "source": None}
+    full = {
+        "name": "p",
+        "op": "placeholder",
+        "target": "p",
+        "args": [],
+        "kwargs": {},
+        "inputs": [],
+        "shape": None,
+        "dtype": None,
+        "module": None,
+        "module_type": None,
+        "source": None,
+    }
     assert NodeRecord.from_json(full) == NodeRecord("p", "placeholder", "p")
 
 
@@ -597,7 +663,7 @@ class _RaisingFuse(type(REGISTRY["batch_relu"])):
 def test_the_collector_is_paused_only_while_the_engine_works_and_restored_after_an_error():
     import gc
 
-    from optimus.engine import PatternError
+    from optimus_lens.engine import PatternError
 
     assert gc.isenabled()
     eng = Engine(towers(8, 2), (), default_pipeline(search="upstream"), RunOptions(verify="off", record=False))
@@ -606,8 +672,12 @@ def test_the_collector_is_paused_only_while_the_engine_works_and_restored_after_
     assert gc.isenabled()
     opts = SearchOptions(min_fuse_set_size=2)
     with pytest.raises(PatternError, match="boom"):
-        Engine(towers(8, 2), (), Pipeline([Pass("p", [_RaisingFuse()], options=opts)]),
-               RunOptions(verify="off", on_error="stop")).run()
+        Engine(
+            towers(8, 2),
+            (),
+            Pipeline([Pass("p", [_RaisingFuse()], options=opts)]),
+            RunOptions(verify="off", on_error="stop"),
+        ).run()
     assert gc.isenabled()
 
 
@@ -617,8 +687,8 @@ def test_the_collector_is_paused_only_while_the_engine_works_and_restored_after_
 def test_is_written_memo_answers_like_the_walk_and_is_dropped_when_the_block_ends():
     from torch.fx import symbolic_trace
 
-    from optimus.passes.common import is_written
-    from optimus.pattern import graph_unchanged, unchanged_memo
+    from optimus_lens.passes.common import is_written
+    from optimus_lens.pattern import graph_unchanged, unchanged_memo
 
     class M(torch.nn.Module):
         def forward(self, x):

@@ -5,8 +5,9 @@ towers that meet far below their last linear, MMoE's experts and gates on one in
 and an exhaustive oracle: after each batch pass, no key class of its patterns still holds
 ``min_fuse_set_size`` mutually independent nodes. The oracle computes the largest
 anti-chain of a key class its own way (full ancestor walks, then Dilworth's theorem
-through networkx's bipartite matching), sharing no code with optimus.search.
+through networkx's bipartite matching), sharing no code with optimus_lens.search.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,14 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from torch import nn
 from torch.fx import GraphModule, Node
 
-import sample_models
-from optimus.rewriter import Rewriter
-from optimus.capture import capture
-from optimus.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
-from optimus.passes import default_pipeline
-from optimus.pattern import REGISTRY, BatchPattern, Miss, SearchOptions
-from optimus.record import module_path
-from optimus.run import optimize
+from optimus_lens import sample_models
+from optimus_lens.capture import capture
+from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
+from optimus_lens.passes import default_pipeline
+from optimus_lens.pattern import REGISTRY, BatchPattern, Miss, SearchOptions
+from optimus_lens.record import module_path
+from optimus_lens.rewriter import Rewriter
+from optimus_lens.run import optimize
 from tests.test_search import random_dag, small_pipeline
 
 # --------------------------------------------------------------------------- the oracle
@@ -190,8 +191,9 @@ def test_extending_an_lhs_group_repacks_its_weights_once():
 
 # --------------------------------------------------------------------------- exhaustive oracle
 
-dag_params = st.tuples(st.integers(0, 2**31), st.integers(5, 40), st.sampled_from([0.0, 0.2, 0.6]),
-                       st.integers(2, 3), st.integers(2, 6))
+dag_params = st.tuples(
+    st.integers(0, 2**31), st.integers(5, 40), st.sampled_from([0.0, 0.2, 0.6]), st.integers(2, 3), st.integers(2, 6)
+)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -212,7 +214,7 @@ def test_the_oracle_is_not_vacuous_upstreams_search_leaves_groups_that_the_globa
     assert fused >= 30 and missed >= 5
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _captured(name: str):
     model, inputs = sample_models.get(name)
     return capture(model, inputs)
@@ -227,12 +229,16 @@ def test_a_long_chain_of_one_key_is_not_fused_and_costs_one_walk_per_sweep():
     from tests.test_search import towers
 
     gm = towers(1, 600)  # one tower: every linear depends on the one before
-    assert assert_nothing_left_to_fuse(gm, Pipeline([Pass("l", [REGISTRY["batch_linear"]],
-                                                          options=SearchOptions(min_fuse_set_size=2))])) == 0
+    assert (
+        assert_nothing_left_to_fuse(
+            gm, Pipeline([Pass("l", [REGISTRY["batch_linear"]], options=SearchOptions(min_fuse_set_size=2))])
+        )
+        == 0
+    )
 
 
 def test_cli_run_search_upstream_keeps_upstreams_bounded_search(capsys):
-    from optimus.cli import main
+    from optimus_lens.cli import main
 
     assert main(["run", "sample:twin_towers", "--verify", "off"]) == 0
     assert "batch_linear: 3" in capsys.readouterr().out

@@ -8,6 +8,7 @@ deltas. The negative cases are where upstream is wrong or where a rewrite would 
 uneven splits, negative dims, reordered or gapped pieces, in-place mutation, dims two
 apart, repeated einsum letters.
 """
+
 from __future__ import annotations
 
 import operator
@@ -16,12 +17,12 @@ import pytest
 import torch
 from torch import nn
 
-import sample_models
-from optimus.capture import capture
-from optimus.engine import Engine, Pipeline, RunOptions
-from optimus.pattern import REGISTRY, SearchOptions, why_not
-from optimus.passes import (BATCH_PASSES, PATTERN_PASSES, default_pipeline, pattern_pass, upstream_pipeline)
-from optimus.record import snapshot_graph
+from optimus_lens import sample_models
+from optimus_lens.capture import capture
+from optimus_lens.engine import Engine, Pipeline, RunOptions
+from optimus_lens.passes import BATCH_PASSES, PATTERN_PASSES, default_pipeline, pattern_pass, upstream_pipeline
+from optimus_lens.pattern import REGISTRY, SearchOptions, why_not
+from optimus_lens.record import snapshot_graph
 
 ALL_PATTERN_PASSES = {name: {"threshold_to_cat": 2} for name in PATTERN_PASSES}
 
@@ -84,8 +85,9 @@ def test_normalize_split_method_form_negative_dim():
 
 def test_normalize_uneven_split_keeps_true_sizes():
     """split(x, 4, dim=1) on width 10 is [4, 4, 2] (upstream's aten normalisation gives [4, 4, 4])."""
-    trace, gm = run(Fn(lambda x: [p + 1 for p in torch.split(x, 4, dim=1)]), (torch.randn(3, 10),),
-                    {"normalization_pass": {}})
+    trace, gm = run(
+        Fn(lambda x: [p + 1 for p in torch.split(x, 4, dim=1)]), (torch.randn(3, 10),), {"normalization_pass": {}}
+    )
     assert patterns(trace) == ["normalize_split"]
     s = only(nodes(gm, *SPLITS))
     assert s.args[1] == [4, 4, 2] and dict(s.kwargs) == {"dim": 1}
@@ -111,6 +113,7 @@ def test_normalize_unbind_cat_concat_concatenate_stack():
 
 def test_normalize_leaves_canonical_forms_alone():
     """Upstream rewrites (and counts) every unbind and stack even when already canonical."""
+
     def f(x):
         a, b = torch.split(x, [3, 3], dim=1)
         u = torch.unbind(x, dim=0)
@@ -303,6 +306,7 @@ def test_split_cat_to_slices_threshold_option(threshold, inputs, steps):
 
 def test_split_cat_to_slices_ignores_pieces_cat_on_another_dim():
     """Upstream slices along the split dim whatever the cat's dim is."""
+
     def f(x):
         return torch.cat(torch.split(x, 1, dim=1), dim=0)
 
@@ -324,6 +328,7 @@ def test_unbind_cat_to_view_on_teaching_model():
 @pytest.mark.parametrize("unbind_dim,cat_dim", [(2, 0), (0, 2), (3, 1), (1, 0)])
 def test_unbind_cat_to_view_dims_far_apart(unbind_dim, cat_dim):
     """Upstream swaps the two dims with a permute, wrong when they are two or more apart."""
+
     def f(y):
         return torch.cat(torch.unbind(y, unbind_dim), dim=cat_dim)
 
@@ -337,7 +342,9 @@ def test_unbind_cat_to_view_partial_run_over_threshold():
         u = torch.unbind(y, 1)
         return torch.cat([w, *u[1:5], w], dim=1) * 1, u[0] + u[5]
 
-    trace, gm = run(Fn(f), (torch.randn(3, 6, 2), torch.randn(3, 2)), {"unbind_cat_to_view_pass": {"threshold_to_cat": 4}})
+    trace, gm = run(
+        Fn(f), (torch.randn(3, 6, 2), torch.randn(3, 2)), {"unbind_cat_to_view_pass": {"threshold_to_cat": 4}}
+    )
     assert patterns(trace) == ["unbind_cat_to_view"]
     assert len(only(nodes(gm, *CATS)).args[0]) == 3
 
@@ -367,7 +374,9 @@ def test_split_stack_partial_run_keeps_other_entries_in_order():
         s = torch.split(x, 2, dim=1)
         return torch.stack([w, *s[:3], w, s[3]], dim=1)
 
-    trace, gm = run(Fn(f), (torch.randn(4, 8), torch.randn(4, 2)), {"split_stack_to_cats_pass": {"threshold_to_cat": 3}})
+    trace, gm = run(
+        Fn(f), (torch.randn(4, 8), torch.randn(4, 2)), {"split_stack_to_cats_pass": {"threshold_to_cat": 3}}
+    )
     assert patterns(trace) == ["split_stack_to_cats"]
     cat = only(nodes(gm, *CATS))
     assert len(cat.args[0]) == 3 and cat.kwargs["dim"] == 1
@@ -411,10 +420,13 @@ def test_einsum_to_pointwise_on_teaching_model():
     assert only(nodes(gm, torch.sum)).args[1] == -2
 
 
-@pytest.mark.parametrize("eq,shapes", [
-    ("bcc,bccd->bcd", ((2, 3, 3), (2, 3, 3, 4))),  # repeated letter: einsum takes a diagonal
-    ("bcd,bcde->bcd", ((2, 3, 4), (2, 3, 4, 4))),  # not the pattern
-])
+@pytest.mark.parametrize(
+    "eq,shapes",
+    [
+        ("bcc,bccd->bcd", ((2, 3, 3), (2, 3, 3, 4))),  # repeated letter: einsum takes a diagonal
+        ("bcd,bcde->bcd", ((2, 3, 4), (2, 3, 4, 4))),  # not the pattern
+    ],
+)
 def test_einsum_to_pointwise_refuses_other_equations(eq, shapes):
     from torch._inductor.fx_passes.split_cat import match_einsum_strings
 
@@ -426,8 +438,11 @@ def test_einsum_to_pointwise_refuses_other_equations(eq, shapes):
 
 
 def test_einsum_to_pointwise_needs_an_add_user():
-    trace, _ = run(Fn(lambda x, w: torch.einsum("bcd,bcde->bce", x, w) * 2),
-                   (torch.randn(2, 3, 4), torch.randn(2, 3, 4, 5)), {"einsum_to_pointwise_pass": {}})
+    trace, _ = run(
+        Fn(lambda x, w: torch.einsum("bcd,bcde->bce", x, w) * 2),
+        (torch.randn(2, 3, 4), torch.randn(2, 3, 4, 5)),
+        {"einsum_to_pointwise_pass": {}},
+    )
     assert trace.steps == []
 
 
@@ -461,10 +476,12 @@ MUTATED = {
     "stack output": lambda x: torch.stack(torch.unbind(x, 1), 1).sub_(1),
     "unbind input view": lambda x: (lambda y: (torch.cat(torch.unbind(y, 1), 0), y.view(-1).mul_(3)))(x * 1),
     "split of a split": lambda x: (lambda a: (torch.cat(torch.split(a[1], 2, dim=1), dim=1), a[0].relu_()))(
-        torch.split(x * 1, [2, 4], dim=1)),
+        torch.split(x * 1, [2, 4], dim=1)
+    ),
     "single-piece split": lambda x: (lambda y: (torch.split(y, 6, dim=1)[0] + 1, y.add_(1)))(x * 1),
     "stack of unbind, input view": lambda x: (lambda y: (torch.stack(torch.unbind(y, 1), 1), y.view(-1).mul_(3)))(
-        x * 1),
+        x * 1
+    ),
     "unbind of stack, piece": lambda x: (lambda u: (u[0].add_(1), u[1], x))(torch.unbind(torch.stack([x, x * 2]), 0)),
     "split of cat, input": lambda x: (lambda y: (torch.split(torch.cat([y, x], 1), 6, 1)[0] * 1, y.add_(1)))(x * 1),
 }
@@ -484,10 +501,12 @@ def test_nothing_is_rewritten_near_an_in_place_mutation(case):
 
 def test_same_models_without_mutation_are_rewritten():
     """The control for the mutation cases: without the in-place write each one fires."""
-    for f in (lambda x: torch.cat(torch.split(x, 2, dim=1), dim=1) + 1,
-              lambda x: torch.stack(torch.unbind(x, 1), 1) - 1,
-              lambda x: (lambda u: (u[0] + 1, u[1], x))(torch.unbind(torch.stack([x, x * 2]), 0)),
-              lambda x: (lambda y: (torch.split(torch.cat([y, x], 1), 6, 1)[0] * 1, y + 1))(x * 1)):
+    for f in (
+        lambda x: torch.cat(torch.split(x, 2, dim=1), dim=1) + 1,
+        lambda x: torch.stack(torch.unbind(x, 1), 1) - 1,
+        lambda x: (lambda u: (u[0] + 1, u[1], x))(torch.unbind(torch.stack([x, x * 2]), 0)),
+        lambda x: (lambda y: (torch.split(torch.cat([y, x], 1), 6, 1)[0] * 1, y + 1))(x * 1),
+    ):
         trace, _ = run(Fn(f), (torch.randn(3, 6),), every_split_cat_pass())
         assert [s for s in trace.steps if not s.pattern.startswith("normalize")]
 
@@ -496,16 +515,24 @@ def test_same_models_without_mutation_are_rewritten():
 
 
 def test_upstream_pipeline_order_and_options():
-    p = upstream_pipeline({
-        "merge_splits_pass": {"counter": 2},
-        "batch_linear": {"min_fuse_set_size": 2, "require_fbgemm": False},
-        "split_cat_to_slices_pass": {"threshold_to_cat": 3},
-        "batch_layernorm": {},
-        "normalization_pass": {},
-        "unbind_stack_to_slices_pass": {},
-    })
-    assert p.names() == ["normalization_pass", "batch_linear", "batch_layernorm", "merge_splits_pass",
-                         "split_cat_to_slices_pass", "unbind_stack_to_slices_pass"]
+    p = upstream_pipeline(
+        {
+            "merge_splits_pass": {"counter": 2},
+            "batch_linear": {"min_fuse_set_size": 2, "require_fbgemm": False},
+            "split_cat_to_slices_pass": {"threshold_to_cat": 3},
+            "batch_layernorm": {},
+            "normalization_pass": {},
+            "unbind_stack_to_slices_pass": {},
+        }
+    )
+    assert p.names() == [
+        "normalization_pass",
+        "batch_linear",
+        "batch_layernorm",
+        "merge_splits_pass",
+        "split_cat_to_slices_pass",
+        "unbind_stack_to_slices_pass",
+    ]
     by = {q.name: q for q in p.passes}
     assert by["batch_linear"].options == SearchOptions(min_fuse_set_size=2, search="upstream")
     assert by["batch_layernorm"].options == REGISTRY["batch_layernorm"].options.replace(search="upstream")
@@ -522,8 +549,11 @@ def test_upstream_pipeline_rejects_unknown_names():
 
 
 def test_upstream_pipeline_fuses_then_cleans_up():
-    trace, gm = run("teach_batch_relu", None, {"normalization_pass": {}, "batch_relu": {},
-                                               "split_stack_to_cats_pass": {}, "unbind_cat_to_view_pass": {}})
+    trace, gm = run(
+        "teach_batch_relu",
+        None,
+        {"normalization_pass": {}, "batch_relu": {}, "split_stack_to_cats_pass": {}, "unbind_cat_to_view_pass": {}},
+    )
     assert patterns(trace) == ["normalize_split", "batch_relu", "split_stack_to_cats", "unbind_cat_to_view"]
     assert not nodes(gm, torch.stack, torch.unbind, *CATS, *SPLITS)
 
@@ -536,8 +566,16 @@ def test_default_pipeline_order():
     assert names.index("split_cat_pass") > names.index("split_cat_cleanup")
 
 
-@pytest.mark.parametrize("name", ["teach_simplify_split_cat", "teach_split_stack", "teach_merge_splits",
-                                  "teach_reshape_split_stack", "teach_batch_linear"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "teach_simplify_split_cat",
+        "teach_split_stack",
+        "teach_merge_splits",
+        "teach_reshape_split_stack",
+        "teach_batch_linear",
+    ],
+)
 def test_default_pipeline_verifies_every_step(name):
     trace, _ = run(name, None, default_pipeline())
     assert trace.steps and trace.nodes_after < trace.nodes_before
@@ -555,8 +593,12 @@ def test_why_not_answers_on_every_node(name):
     """Asking any split/cat pattern about any node never raises, and a pattern only says
     it applies at the ops it starts from."""
     gm = capture(*sample_models.get(name)).gm
-    names = {n for ps in PATTERN_PASSES.values() for n in ps} | {"remove_unbind_stack", "remove_stack_unbind",
-                                                                 "remove_split_cat", "remove_cat_split"}
+    names = {n for ps in PATTERN_PASSES.values() for n in ps} | {
+        "remove_unbind_stack",
+        "remove_stack_unbind",
+        "remove_split_cat",
+        "remove_cat_split",
+    }
     for pname in sorted(names):
         p = REGISTRY[pname]
         for node in gm.graph.nodes:

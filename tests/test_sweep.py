@@ -1,6 +1,7 @@
 """``optimus sweep`` (optimus/sweep.py): every model x config in its own process, rows in
 DIR/results.jsonl, resumable, the same rows locally and as Ray tasks, and a run that is
 killed, times out or runs out of memory loses only itself."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from optimus import cli
-from optimus.sweep import (DEFAULT_CONFIG, Results, SweepConfig, SweepError, SweepOptions, comparable,
-                           expand_specs, load_configs, sweep)
+from optimus_lens import cli
+from optimus_lens.sweep import (
+    DEFAULT_CONFIG,
+    Results,
+    SweepConfig,
+    SweepError,
+    SweepOptions,
+    comparable,
+    expand_specs,
+    load_configs,
+    sweep,
+)
 
 MODELS = ["sample:teach_batch_relu", "sample:teach_split_cat", "hf:bert?layers=1"]
 FUSIONS_ONLY = SweepConfig("fusions-only", passes=("normalization_pass", "batch_linear_lhs", "batch_relu"))
@@ -71,7 +81,7 @@ def test_every_model_x_config_is_one_row_with_its_trace(local_sweep):
     assert all(r["status"] == "ok" and r["verify"] == "ok" for r in res.rows), [r["error"] for r in res.rows]
     lines = (out / "results.jsonl").read_text().splitlines()
     assert sorted(json.loads(x)["key"] for x in lines) == sorted(r["key"] for r in res.rows)
-    from optimus.trace import Trace
+    from optimus_lens.trace import Trace
 
     for r in res.rows:
         t = Trace.load(out / r["trace"])
@@ -134,8 +144,14 @@ def test_a_run_killed_mid_run_is_a_failed_row_and_the_others_finish(factories, t
 
     killer = threading.Thread(target=kill_when_started)
     killer.start()
-    res = sweep([f"{factories}:killed_by_test", "sample:teach_batch_relu", f"{factories}:kills_itself"],
-                [DEFAULT_CONFIG], FAST, tmp_path / "s", workers=2, progress=False)
+    res = sweep(
+        [f"{factories}:killed_by_test", "sample:teach_batch_relu", f"{factories}:kills_itself"],
+        [DEFAULT_CONFIG],
+        FAST,
+        tmp_path / "s",
+        workers=2,
+        progress=False,
+    )
     killer.join()
     killed, ok, itself = res.rows
     assert killed["status"] == "failed" and "killed by SIGKILL" in killed["error"]
@@ -147,16 +163,21 @@ def test_a_run_killed_mid_run_is_a_failed_row_and_the_others_finish(factories, t
 def test_time_and_memory_limits_fail_only_their_run(factories, tmp_path):
     opts = SweepOptions(reports=False, time_limit_s=20, memory_limit_bytes=4 << 30)
     t0 = time.monotonic()
-    res = sweep([f"{factories}:sleeps", f"{factories}:hog", f"{factories}:raises", "sample:teach_batch_tanh"],
-                [DEFAULT_CONFIG], opts, tmp_path / "s", workers=2, progress=False)
+    res = sweep(
+        [f"{factories}:sleeps", f"{factories}:hog", f"{factories}:raises", "sample:teach_batch_tanh"],
+        [DEFAULT_CONFIG],
+        opts,
+        tmp_path / "s",
+        workers=2,
+        progress=False,
+    )
     assert time.monotonic() - t0 < 55  # the 60 s sleeper was stopped at its limit
     sleeps, hog, raises, ok = res.rows
     assert sleeps["status"] == "failed" and "time limit of 20 s" in sleeps["error"]
     assert hog["status"] == "failed" and hog["error"].startswith("memory limit (4 GiB) reached")
     assert raises["status"] == "error" and "this factory raises" in raises["error"]
     assert ok["status"] == "ok"
-    retried = sweep([f"{factories}:raises"], [DEFAULT_CONFIG], opts, tmp_path / "s", retry_failed=True,
-                    progress=False)
+    retried = sweep([f"{factories}:raises"], [DEFAULT_CONFIG], opts, tmp_path / "s", retry_failed=True, progress=False)
     assert retried.skipped == 0 and len((tmp_path / "s" / "results.jsonl").read_text().splitlines()) == 5
 
 
@@ -173,19 +194,26 @@ def test_reports_upstream_and_bench_fill_their_fields(tmp_path):
 
 def test_a_failing_graph_names_its_first_failing_step(tmp_path):
     pf = tmp_path / "wrong.py"
-    pf.write_text("import torch\n\n\ndef pattern(x):\n    return torch.relu(x)\n\n\n"
-                  "def replacement(x):\n    return torch.sigmoid(x)\n")
+    pf.write_text(
+        "import torch\n\n\ndef pattern(x):\n    return torch.relu(x)\n\n\n"
+        "def replacement(x):\n    return torch.sigmoid(x)\n"
+    )
     cfg = SweepConfig("wrong", passes=("wrong",), pattern_files=(str(pf),))
     for verify in ("end", "step"):
-        (row,) = sweep(["sample:teach_batch_relu"], [cfg], SweepOptions(reports=False, verify=verify),
-                       tmp_path / verify, progress=False).rows
+        (row,) = sweep(
+            ["sample:teach_batch_relu"],
+            [cfg],
+            SweepOptions(reports=False, verify=verify),
+            tmp_path / verify,
+            progress=False,
+        ).rows
         assert row["status"] == "verify_failed", row["error"]
         assert row["first_failing"]["index"] == 1 and row["first_failing"]["pass"] == "wrong"
 
 
 def test_specs_expand_and_bad_input_is_refused(tmp_path):
-    from optimus.hf import hf_list
-    from optimus.run import sample_list
+    from optimus_lens.hf import hf_list
+    from optimus_lens.run import sample_list
 
     mf = tmp_path / "models.txt"
     mf.write_text("# models\nsample:recsys_towers  # twice, kept once\n\nhf:*\n")
@@ -196,8 +224,12 @@ def test_specs_expand_and_bad_input_is_refused(tmp_path):
         with pytest.raises(SweepError, match=msg):
             expand_specs(bad)
     cf = tmp_path / "c.json"
-    for text, msg in (('[{"name": "a", "pases": []}]', "unknown key"), ('[{"name": "a"}, {"name": "a"}]', "unique"),
-                      ('{"name": "a"}', "non-empty JSON list"), ("[", "cannot read")):
+    for text, msg in (
+        ('[{"name": "a", "pases": []}]', "unknown key"),
+        ('[{"name": "a"}, {"name": "a"}]', "unique"),
+        ('{"name": "a"}', "non-empty JSON list"),
+        ("[", "cannot read"),
+    ):
         cf.write_text(text)
         with pytest.raises(SweepError, match=msg):
             load_configs(cf)
@@ -209,8 +241,12 @@ def test_cli_exit_status_bad_input_2_a_failed_run_1(factories, tmp_path, capsys)
     assert cli.main(["sweep", "sample:teach_batch_relu", "--configs", str(cf), "--out", str(tmp_path / "a")]) == 2
     assert "unknown pass(es) no_such_pass" in capsys.readouterr().err
     out = str(tmp_path / "b")
-    assert cli.main(["sweep", "sample:teach_batch_relu", f"{factories}:kills_itself", "--out", out,
-                     "--no-reports", "--quiet"]) == 1
+    assert (
+        cli.main(
+            ["sweep", "sample:teach_batch_relu", f"{factories}:kills_itself", "--out", out, "--no-reports", "--quiet"]
+        )
+        == 1
+    )
     text = capsys.readouterr().out
     assert "1 ok, 1 not ok" in text and "failed" in text and "kills_itself" in text
     assert cli.main(["sweep", "sample:teach_batch_relu", "--out", out, "--quiet"]) == 0
@@ -220,7 +256,7 @@ def test_cli_exit_status_bad_input_2_a_failed_run_1(factories, tmp_path, capsys)
 def test_a_wheel_reaches_ray_workers_as_its_package_folders(tmp_path):
     import zipfile
 
-    from optimus.sweep import ray_runtime_env
+    from optimus_lens.sweep import ray_runtime_env
 
     whl = tmp_path / "optimus_lens-0.1.0-py3-none-any.whl"
     with zipfile.ZipFile(whl, "w") as z:

@@ -1,20 +1,30 @@
 """A sweep's summary.html in headless chromium: clicking a header sorts the runs, the box filters them."""
+
 from __future__ import annotations
 
 import shutil
 
 import pytest
 
-from optimus.sweep_html import write_summary
+from optimus_lens.sweep_html import write_summary
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.browser
 
 
 def _row(model: str, after: int | None, status: str = "ok") -> dict:
-    return {"key": f"{model} @ default", "model": model, "config": "default", "status": status,
-            "nodes_before": 200, "nodes_after": after, "steps": 3, "steps_per_pattern": {"batch_linear": 3},
-            "trace": f"traces/{model}.json", "wall_s": 1.0}
+    return {
+        "key": f"{model} @ default",
+        "model": model,
+        "config": "default",
+        "status": status,
+        "nodes_before": 200,
+        "nodes_after": after,
+        "steps": 3,
+        "steps_per_pattern": {"batch_linear": 3},
+        "trace": f"traces/{model}.json",
+        "wall_s": 1.0,
+    }
 
 
 def test_clicking_a_header_sorts_numerically_and_the_filter_hides_rows(tmp_path):
@@ -28,7 +38,8 @@ def test_clicking_a_header_sorts_numerically_and_the_filter_hides_rows(tmp_path)
         page = browser.new_page()
         page.goto(page_file.as_uri())
         models = lambda: page.eval_on_selector_all(  # noqa: E731
-            "#runs tbody tr", "rs => rs.filter(r => r.style.display !== 'none').map(r => r.cells[0].textContent)")
+            "#runs tbody tr", "rs => rs.filter(r => r.style.display !== 'none').map(r => r.cells[0].textContent)"
+        )
         page.click("th:text-is('nodes after')")
         # numbers sort as numbers (5 < 30 < 100, not "100" < "30"); an empty cell sorts last
         assert models() == ["hf:bert", "sample:a", "sample:c", "sample:d"]

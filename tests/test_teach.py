@@ -1,15 +1,16 @@
-"""Walkthroughs of the predefined patterns (optimus.teach): built from each pattern's
+"""Walkthroughs of the predefined patterns (optimus_lens.teach): built from each pattern's
 registration and teaching model, search frames that agree with the engine, exercises
 on which the pattern really does not fire."""
+
 import pytest
 
-from optimus.capture import capture
-from optimus.engine import Engine, RunOptions, copy_graph_module
-from optimus.pattern import get
-from optimus.pipeline import Pass, Pipeline
-from optimus.run import model_and_inputs
-from optimus.search import fusion_candidates
-from optimus.teach import (
+from optimus_lens.capture import capture
+from optimus_lens.engine import Engine, RunOptions, copy_graph_module
+from optimus_lens.pattern import get
+from optimus_lens.pipeline import Pass, Pipeline
+from optimus_lens.run import model_and_inputs
+from optimus_lens.search import fusion_candidates
+from optimus_lens.teach import (
     TeachError,
     bfs_rings,
     greedy_rounds,
@@ -19,7 +20,7 @@ from optimus.teach import (
     teaching_model,
     walkthrough,
 )
-from optimus.why import DryRun
+from optimus_lens.why import DryRun
 
 BATCH = [n for n in predefined() if get(n).kind == "batch"]
 
@@ -73,8 +74,12 @@ def test_search_frames_end_with_the_groups_the_engine_fuses(name, mode):
     w = walkthrough(name, timing=False, search=mode)
     cap = _captured(name)
     p = get(name)
-    eng = Engine(cap.gm, cap.example_inputs, Pipeline([Pass(name, [p], options=p.options.replace(search=mode))]),
-                 RunOptions(verify="off"))
+    eng = Engine(
+        cap.gm,
+        cap.example_inputs,
+        Pipeline([Pass(name, [p], options=p.options.replace(search=mode))]),
+        RunOptions(verify="off"),
+    )
     fused = [sorted(s.sites) for s in eng.run().steps]
     assert sorted(map(sorted, w.search.frames[-1].groups)) == sorted(fused)
     assert w.search.groups == w.search.frames[-1].groups
@@ -91,7 +96,7 @@ def test_a_member_that_depends_on_another_is_left_out_with_the_reason(walks, mod
 
 
 def test_dependent_variant_groups_agree_with_the_engine():
-    from optimus.teach import _depend_last
+    from optimus_lens.teach import _depend_last
 
     for name in ["batch_relu", "batch_layernorm"]:
         cap = _captured(name)
@@ -117,8 +122,8 @@ def test_upstream_rings_are_fusion_candidates_with_visits_recorded():
 
 
 def test_greedy_rounds_replays_independent_subsets():
-    from optimus.search import GraphIndex, independent_subsets
-    from optimus.teach import _depend_last
+    from optimus_lens.search import GraphIndex, independent_subsets
+    from optimus_lens.teach import _depend_last
 
     cap = _captured("batch_relu")
     w = walkthrough("batch_relu", timing=False)
@@ -128,7 +133,9 @@ def test_greedy_rounds_replays_independent_subsets():
     nodes = [n for n in gm.graph.nodes if n.name in w.sites[0]]
     index = GraphIndex(gm.graph)
     want = [[n.name for n in s] for s in independent_subsets(nodes, index, p.options)]
-    got = [[n.name for n in s] for s, _ in greedy_rounds(nodes, index, p.options) if len(s) >= p.options.min_fuse_set_size]
+    got = [
+        [n.name for n in s] for s, _ in greedy_rounds(nodes, index, p.options) if len(s) >= p.options.min_fuse_set_size
+    ]
     assert got == want == [w.sites[0][:-1]]
 
 
@@ -169,21 +176,26 @@ def _svgs(text: str) -> int:
 def test_every_predefined_pattern_has_a_lesson_file_with_its_sites_and_before_after_graphs(walks, tmp_path):
     import re
 
-    from viz.lesson import write_lesson
+    from optimus_lens.viz.lesson import write_lesson
 
     for name, w in walks.items():
         path = tmp_path / f"{name}.html"
         write_lesson(w, path)
         text = path.read_text()
-        slides = {m.group(1): m.group(2) for m in re.finditer(
-            r"<section class='slide' id='slide-\d+' data-kind='(\w+)' hidden>(.*?)</section>", text, re.DOTALL)}
+        slides = {
+            m.group(1): m.group(2)
+            for m in re.finditer(
+                r"<section class='slide' id='slide-\d+' data-kind='(\w+)' hidden>(.*?)</section>", text, re.DOTALL
+            )
+        }
         assert "Before:" in slides["before"] and _svgs(slides["before"]) >= 1, name
         assert "After:" in slides["after"] and _svgs(slides["after"]) >= 2, name  # after + provenance
         for site in w.sites[0]:
             assert f"<title>{site}</title>" in slides["match"], (name, site)  # the site drawn in the match picture
             assert site in slides["match"].split("<svg")[0], (name, site)  # and named in the text
-        assert "Show the answer" in slides["exercise"] and w.exercise.answer.split(";")[0][:40] in \
-            slides["exercise"].replace("&#x27;", "'").replace("&quot;", '"'), name
+        assert "Show the answer" in slides["exercise"] and w.exercise.answer.split(";")[0][:40] in slides[
+            "exercise"
+        ].replace("&#x27;", "'").replace("&quot;", '"'), name
         if w.search is not None:
             assert slides["search"].count("class='viewer fview'") == len(w.search.frames)
             assert slides["dependent"].count("class='viewer fview'") == len(w.dependent.frames)
@@ -193,7 +205,7 @@ def test_every_predefined_pattern_has_a_lesson_file_with_its_sites_and_before_af
 
 
 def test_lesson_file_is_offline_and_navigable(walks, tmp_path):
-    from viz.lesson import lesson_html
+    from optimus_lens.viz.lesson import lesson_html
 
     text = lesson_html(walks["batch_linear"])
     assert "http://" not in text.replace("http://www.w3.org", "") and "https://" not in text
@@ -203,11 +215,11 @@ def test_lesson_file_is_offline_and_navigable(walks, tmp_path):
 
 
 def test_lesson_cli_writes_one_file_per_pattern_and_refuses_an_unknown_one(tmp_path, monkeypatch, capsys):
-    import optimus.teach
-    from optimus.cli import main as cli
-    from viz.lesson import main
+    import optimus_lens.teach
+    from optimus_lens.cli import main as cli
+    from optimus_lens.viz.lesson import main
 
-    monkeypatch.setattr(optimus.teach, "predefined", lambda: ["batch_tanh", "normalize_cat"])
+    monkeypatch.setattr(optimus_lens.teach, "predefined", lambda: ["batch_tanh", "normalize_cat"])
     assert main(["--all", "-o", str(tmp_path / "lessons"), "--repeats", "1"]) == 0
     assert sorted(p.name for p in (tmp_path / "lessons").iterdir()) == ["batch_tanh.html", "normalize_cat.html"]
     monkeypatch.undo()

@@ -1,12 +1,13 @@
 """A lesson file in a real browser (headless chromium): it loads from disk with the
 network cut, the arrow keys and buttons move between slides, the slider scrubs the
 search frames, and the exercise's answer is revealed by its button."""
+
 import shutil
 
 import pytest
 
-from optimus.teach import walkthrough
-from viz.lesson import write_lesson
+from optimus_lens.teach import walkthrough
+from optimus_lens.viz.lesson import write_lesson
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -25,8 +26,14 @@ def test_lesson_file_works_offline_with_keys_slider_and_reveal(tmp_path):
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         errors, remote = [], []
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
-                   else (remote.append(route.request.url), route.abort()))
+        page.route(
+            "**/*",
+            lambda route: (
+                route.continue_()
+                if route.request.url.startswith("file:")
+                else (remote.append(route.request.url), route.abort())
+            ),
+        )
         page.goto(path.as_uri())
         visible = "section.slide:not([hidden])"
         assert page.locator(visible).get_attribute("data-kind") == "before"

@@ -1,5 +1,6 @@
-"""viz/: step graphs as DOT (sites highlighted, created/erased marked, legend, k-hop cut of
+"""optimus_lens/viz/: step graphs as DOT (sites highlighted, created/erased marked, legend, k-hop cut of
 big graphs), SVG rendering with a time limit, plotly figures, the HTML report and viewer."""
+
 from __future__ import annotations
 
 import re
@@ -8,19 +9,26 @@ import sys
 
 import pytest
 
-import viz
-from optimus.bench import BenchResult, StageTiming
-from optimus.trace import Delta, GraphSnapshot, NodeRecord, Step, Trace, VerifyResult
-from viz.graph import CREATED_BORDER, CREATED_FILL, ERASED_BORDER, GROUP_COLOURS, graph_view, neighbourhood
-
+from optimus_lens import viz
+from optimus_lens.bench import BenchResult, StageTiming
+from optimus_lens.trace import Delta, GraphSnapshot, NodeRecord, Step, Trace, VerifyResult
+from optimus_lens.viz.graph import CREATED_BORDER, CREATED_FILL, ERASED_BORDER, GROUP_COLOURS, graph_view, neighbourhood
 
 # --------------------------------------------------------------------------- a hand-built trace
 
 
 def rec(name, op="call_function", target="torch._C._nn.linear", inputs=(), shape=(4, 8), args=None, **kw):
     inputs = list(inputs)
-    return NodeRecord(name=name, op=op, target=target, args=args if args is not None else [{"node": i} for i in inputs],
-                      inputs=inputs, shape=list(shape) if shape is not None else None, dtype="float32", **kw)
+    return NodeRecord(
+        name=name,
+        op=op,
+        target=target,
+        args=args if args is not None else [{"node": i} for i in inputs],
+        inputs=inputs,
+        shape=list(shape) if shape is not None else None,
+        dtype="float32",
+        **kw,
+    )
 
 
 def five_linears_trace(failed_step: bool = False) -> Trace:
@@ -29,34 +37,74 @@ def five_linears_trace(failed_step: bool = False) -> Trace:
     here: it renames the cat's input list, enough to exercise a second group)."""
     nodes = [rec("l_x_", "placeholder", "L_x_", shape=(4, 8))]
     for i in range(5):
-        nodes.append(rec(f"l_self_modules_fc{i}_parameters_weight_", "placeholder",
-                         f"L_self_modules_fc{i}_parameters_weight_", shape=(8, 8), module=f"fc{i}"))
-        nodes.append(rec(f"linear_{i}", inputs=["l_x_", f"l_self_modules_fc{i}_parameters_weight_"], module=f"fc{i}",
-                         module_type="Linear", source="m.py:3: return self.fc(x)"))
+        nodes.append(
+            rec(
+                f"l_self_modules_fc{i}_parameters_weight_",
+                "placeholder",
+                f"L_self_modules_fc{i}_parameters_weight_",
+                shape=(8, 8),
+                module=f"fc{i}",
+            )
+        )
+        nodes.append(
+            rec(
+                f"linear_{i}",
+                inputs=["l_x_", f"l_self_modules_fc{i}_parameters_weight_"],
+                module=f"fc{i}",
+                module_type="Linear",
+                source="m.py:3: return self.fc(x)",
+            )
+        )
     nodes.append(rec("cat", target="torch.cat", inputs=[f"linear_{i}" for i in range(5)], shape=(4, 40)))
     nodes.append(rec("output", "output", "output", inputs=["cat"], shape=None))
     snap = GraphSnapshot(nodes)
     weights = [f"l_self_modules_fc{i}_parameters_weight_" for i in range(5)]
-    created = [rec("stack", target="torch.stack", inputs=weights, shape=(5, 8, 8)),
-               rec("bmm", target="torch.bmm", inputs=["l_x_", "stack"], shape=(5, 4, 8)),
-               rec("unbind", target="torch.unbind", inputs=["bmm"], shape=[[4, 8]] * 5)]
-    created += [rec(f"getitem_{i}", target="_operator.getitem", inputs=["unbind"], args=[{"node": "unbind"}, i])
-                for i in range(5)]
+    created = [
+        rec("stack", target="torch.stack", inputs=weights, shape=(5, 8, 8)),
+        rec("bmm", target="torch.bmm", inputs=["l_x_", "stack"], shape=(5, 4, 8)),
+        rec("unbind", target="torch.unbind", inputs=["bmm"], shape=[[4, 8]] * 5),
+    ]
+    created += [
+        rec(f"getitem_{i}", target="_operator.getitem", inputs=["unbind"], args=[{"node": "unbind"}, i])
+        for i in range(5)
+    ]
     cat2 = rec("cat", target="torch.cat", inputs=[f"getitem_{i}" for i in range(5)], shape=(4, 40))
-    step1 = Step(index=1, pass_name="batch_linear", pattern="batch_linear", sites=[f"linear_{i}" for i in range(5)],
-                 created=[c.name for c in created], erased=[f"linear_{i}" for i in range(5)],
-                 replaced={f"linear_{i}": f"getitem_{i}" for i in range(5)},
-                 delta=Delta(upsert=created + [cat2], remove=[f"linear_{i}" for i in range(5)]),
-                 match_s=1e-4, rewrite_s=2e-3, nodes_after=len(snap) + 3,
-                 verify=VerifyResult(True, 0.0, 0.0, "outputs"))
+    step1 = Step(
+        index=1,
+        pass_name="batch_linear",
+        pattern="batch_linear",
+        sites=[f"linear_{i}" for i in range(5)],
+        created=[c.name for c in created],
+        erased=[f"linear_{i}" for i in range(5)],
+        replaced={f"linear_{i}": f"getitem_{i}" for i in range(5)},
+        delta=Delta(upsert=created + [cat2], remove=[f"linear_{i}" for i in range(5)]),
+        match_s=1e-4,
+        rewrite_s=2e-3,
+        nodes_after=len(snap) + 3,
+        verify=VerifyResult(True, 0.0, 0.0, "outputs"),
+    )
     relu = rec("relu", target="torch.relu", inputs=["cat"], shape=(4, 40))
     out2 = rec("output", "output", "output", inputs=["relu"], shape=None)
-    step2 = Step(index=2, pass_name="batch_linear", pattern="batch_linear", sites=["cat"], created=["relu"], erased=[],
-                 replaced={}, delta=Delta(upsert=[relu, out2], remove=[]), match_s=1e-4, rewrite_s=1e-4,
-                 nodes_after=len(snap) + 4,
-                 verify=VerifyResult(False if failed_step else True, 0.5 if failed_step else 0.0, 0.1, "outputs"))
-    return Trace(model="five_linears", initial_graph=snap, steps=[step1, step2],
-                 passes=[{"name": "batch_linear", "enabled": True, "patterns": ["batch_linear"]}])
+    step2 = Step(
+        index=2,
+        pass_name="batch_linear",
+        pattern="batch_linear",
+        sites=["cat"],
+        created=["relu"],
+        erased=[],
+        replaced={},
+        delta=Delta(upsert=[relu, out2], remove=[]),
+        match_s=1e-4,
+        rewrite_s=1e-4,
+        nodes_after=len(snap) + 4,
+        verify=VerifyResult(False if failed_step else True, 0.5 if failed_step else 0.0, 0.1, "outputs"),
+    )
+    return Trace(
+        model="five_linears",
+        initial_graph=snap,
+        steps=[step1, step2],
+        passes=[{"name": "batch_linear", "enabled": True, "patterns": ["batch_linear"]}],
+    )
 
 
 def node_line(source: str, name: str) -> str:
@@ -79,7 +127,7 @@ def test_before_view_fills_sites_with_group_colour_and_dashes_erased_nodes_red()
     v = viz.step_view(five_linears_trace(), 1, "before")
     for i in range(5):
         line = node_line(v.source, f"linear_{i}")
-        assert f"fillcolor=\"{GROUP_COLOURS[0]}\"" in line
+        assert f'fillcolor="{GROUP_COLOURS[0]}"' in line
         assert "dashed" in line and ERASED_BORDER in line
     assert GROUP_COLOURS[0] not in node_line(v.source, "cat")  # not a site
 
@@ -110,7 +158,7 @@ def test_a_viewer_that_shows_the_legend_itself_gets_a_drawing_without_one():
 def test_labels_give_op_short_target_shape_dtype_and_readable_placeholders():
     t = five_linears_trace()
     src = viz.step_view(t, 1, "after", fold_params=False).source
-    assert "label=\"x\\n4×8 f32\"" in node_line(src, "l_x_")
+    assert 'label="x\\n4×8 f32"' in node_line(src, "l_x_")
     assert "fc0.weight" in node_line(src, "l_self_modules_fc0_parameters_weight_")
     assert "getitem [3]" in node_line(src, "getitem_3")
     assert "5×(4×8)" in node_line(src, "unbind")  # tuple output of equal shapes
@@ -132,8 +180,8 @@ def test_parameter_placeholders_fold_into_their_users():
 def test_pass_overview_gives_each_step_its_own_colour():
     t = five_linears_trace()
     after = viz.pass_view(t, "batch_linear", "after")
-    assert f'fillcolor="{GROUP_COLOURS[0]}"' in node_line(after.source, "bmm")     # made by step 1
-    assert f'fillcolor="{GROUP_COLOURS[1]}"' in node_line(after.source, "relu")    # made by step 2
+    assert f'fillcolor="{GROUP_COLOURS[0]}"' in node_line(after.source, "bmm")  # made by step 1
+    assert f'fillcolor="{GROUP_COLOURS[1]}"' in node_line(after.source, "relu")  # made by step 2
     assert "step 1 (batch_linear)" in after.source and "step 2 (batch_linear)" in after.source
     with pytest.raises(KeyError):
         viz.pass_view(t, "batch_relu", "after")
@@ -211,7 +259,9 @@ def test_render_svg_reports_dot_syntax_errors():
 
 
 def test_viewer_page_embeds_the_svg_and_zooms_to_the_focus_nodes():
-    page = viz.svg_viewer_html(viz.render_svg(viz.step_view(five_linears_trace(), 1, "before")), ["linear_0", "linear_4"])
+    page = viz.svg_viewer_html(
+        viz.render_svg(viz.step_view(five_linears_trace(), 1, "before")), ["linear_0", "linear_4"]
+    )
     assert '["linear_0", "linear_4"]' in page and "<svg" in page and "fit step" in page
     assert not re.search(r'<svg width="\d', page)
 
@@ -220,9 +270,14 @@ def test_viewer_page_embeds_the_svg_and_zooms_to_the_focus_nodes():
 
 
 def bench() -> BenchResult:
-    return BenchResult("cpu", "wall-clock", [
-        StageTiming("baseline", 20, 2.0, 1.8, 2.4, 10, 1.0, 4096, "estimate"),
-        StageTiming("batch_linear", 23, 1.0, 0.9, 1.25, 10, 2.0, 3072, "estimate")])
+    return BenchResult(
+        "cpu",
+        "wall-clock",
+        [
+            StageTiming("baseline", 20, 2.0, 1.8, 2.4, 10, 1.0, 4096, "estimate"),
+            StageTiming("batch_linear", 23, 1.0, 0.9, 1.25, 10, 2.0, 3072, "estimate"),
+        ],
+    )
 
 
 def test_node_count_figure_marks_failed_verification_steps():
@@ -240,7 +295,9 @@ def test_speedup_figure_has_p10_p90_spread_and_memory_figure_says_estimate():
     sp = viz.speedup_figure(b)
     bar = sp.data[0]
     assert list(bar.y) == [1.0, 2.0]
-    assert bar.error_y.array[1] == pytest.approx(2.0 / 0.9 - 2.0) and bar.error_y.arrayminus[1] == pytest.approx(2.0 - 1.6)
+    assert bar.error_y.array[1] == pytest.approx(2.0 / 0.9 - 2.0) and bar.error_y.arrayminus[1] == pytest.approx(
+        2.0 - 1.6
+    )
     assert "wall clock" in sp.layout.title.text
     mem = viz.memory_figure(b)
     assert list(mem.data[0].y) == pytest.approx([4096 / 2**20, 3072 / 2**20])
@@ -250,9 +307,13 @@ def test_speedup_figure_has_p10_p90_spread_and_memory_figure_says_estimate():
 
 def test_step_facts_name_pattern_provenance_verify_and_times():
     t = five_linears_trace(failed_step=True)
-    facts = dict(viz.step_facts(t.step(1), {"description": "fuse linears", "preconditions": ["2-D"],
-                                           "source": "optimus/passes/batch.py:10"}))
-    assert facts["defined at"] == "optimus/passes/batch.py:10" and facts["what it does"] == "fuse linears"
+    facts = dict(
+        viz.step_facts(
+            t.step(1),
+            {"description": "fuse linears", "preconditions": ["2-D"], "source": "optimus_lens/passes/batch.py:10"},
+        )
+    )
+    assert facts["defined at"] == "optimus_lens/passes/batch.py:10" and facts["what it does"] == "fuse linears"
     assert "linear_0 → getitem_0" in facts["replaced"]
     assert facts["time"] == "match 0.10 ms, rewrite 2.00 ms"
     assert viz.verify_text(t.step(2).verify).startswith("FAILED")
@@ -270,7 +331,7 @@ def test_html_report_stores_each_steps_before_after_and_diff_once_and_navigates_
 
 
 def test_views_of_a_recorded_run_highlight_every_step_site():
-    from optimus.run import optimize
+    from optimus_lens.run import optimize
 
     trace = optimize("teach_split_cat", verify="off").trace
     assert trace.steps
@@ -318,17 +379,44 @@ def test_diff_view_ghosts_erased_nodes_marks_created_ones_and_draws_provenance_a
 def split_trace() -> Trace:
     """normalize_split's kind of step: split(x, 16) replaced by split_1(x, [16, 16])."""
     x = rec("l_x_", "placeholder", "L_x_", shape=(4, 32))
-    split = rec("split", target="torch.functional.split", args=[{"node": "l_x_"}, 16], inputs=["l_x_"],
-                shape=[[4, 16], [4, 16]], kwargs={"dim": 1})
-    g = [rec(f"g{i}", target="_operator.getitem", args=[{"node": "split"}, i], inputs=["split"], shape=(4, 16))
-         for i in range(2)]
+    split = rec(
+        "split",
+        target="torch.functional.split",
+        args=[{"node": "l_x_"}, 16],
+        inputs=["l_x_"],
+        shape=[[4, 16], [4, 16]],
+        kwargs={"dim": 1},
+    )
+    g = [
+        rec(f"g{i}", target="_operator.getitem", args=[{"node": "split"}, i], inputs=["split"], shape=(4, 16))
+        for i in range(2)
+    ]
     out = rec("output", "output", "output", inputs=["g0", "g1"], shape=None)
-    split1 = rec("split_1", target="torch.functional.split", args=[{"node": "l_x_"}, [16, 16]], inputs=["l_x_"],
-                 shape=[[4, 16], [4, 16]], kwargs={"dim": 1})
-    g2 = [rec(f"g{i}", target="_operator.getitem", args=[{"node": "split_1"}, i], inputs=["split_1"], shape=(4, 16))
-          for i in range(2)]
-    step = Step(1, "normalization_pass", "normalize_split", ["split"], ["split_1"], ["split"], {"split": "split_1"},
-                Delta([split1, *g2], ["split"]), 1e-4, 1e-4, 5)
+    split1 = rec(
+        "split_1",
+        target="torch.functional.split",
+        args=[{"node": "l_x_"}, [16, 16]],
+        inputs=["l_x_"],
+        shape=[[4, 16], [4, 16]],
+        kwargs={"dim": 1},
+    )
+    g2 = [
+        rec(f"g{i}", target="_operator.getitem", args=[{"node": "split_1"}, i], inputs=["split_1"], shape=(4, 16))
+        for i in range(2)
+    ]
+    step = Step(
+        1,
+        "normalization_pass",
+        "normalize_split",
+        ["split"],
+        ["split_1"],
+        ["split"],
+        {"split": "split_1"},
+        Delta([split1, *g2], ["split"]),
+        1e-4,
+        1e-4,
+        5,
+    )
     return Trace("split", GraphSnapshot([x, split, *g, out]), [step])
 
 
@@ -371,13 +459,17 @@ def test_optimus_report_writes_one_html_file_and_rejects_a_bad_trace(tmp_path):
     trace = tmp_path / "t.json"
     five_linears_trace().save(trace)
     out = tmp_path / "r.html"
-    run = [sys.executable, "-m", "optimus", "report", str(trace), "-o", str(out)]
+    run = [sys.executable, "-m", "optimus_lens", "report", str(trace), "-o", str(out)]
     done = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "2 steps" in done.stdout and sorted(viz.report.embedded_svgs(out.read_text())) == ["1", "2"]
     (tmp_path / "bad.json").write_text("{not json")
-    bad = subprocess.run([*run[:4], str(tmp_path / "bad.json"), "-o", str(tmp_path / "x.html")],
-                         capture_output=True, text=True, cwd=tmp_path)
+    bad = subprocess.run(
+        [*run[:4], str(tmp_path / "bad.json"), "-o", str(tmp_path / "x.html")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert bad.returncode == 2 and "cannot read" in bad.stderr and not (tmp_path / "x.html").exists()
 
 
@@ -386,8 +478,10 @@ def towers_snapshot(k: int = 6) -> GraphSnapshot:
     nodes = [rec("l_x_", "placeholder", "L_x_")]
     for i in range(k):
         m = f"towers.{i}"
-        nodes += [rec(f"a{i}", inputs=["l_x_"], module=f"{m}.fc1"), rec(f"r{i}", "call_function", "torch.relu",
-                  inputs=[f"a{i}"], module=f"{m}.act"), rec(f"b{i}", inputs=[f"r{i}"], module=f"{m}.fc2")]
+        nodes += [
+            rec(f"a{i}", inputs=["l_x_"], module=f"{m}.fc1"),
+            rec(f"r{i}", "call_function", "torch.relu", inputs=[f"a{i}"], module=f"{m}.act"),
+            rec(f"b{i}", inputs=[f"r{i}"], module=f"{m}.fc2"),
+        ]
     nodes.append(rec("cat", target="torch.cat", inputs=[f"b{i}" for i in range(k)], shape=(4, 8 * k)))
     return GraphSnapshot(nodes)
-

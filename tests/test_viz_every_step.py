@@ -7,6 +7,7 @@ the first step of each pattern), draws each step's before/after/diff picture on 
 layout, lays the default views out with Graphviz, and writes the HTML report of each trace. Labels are checked to come from structured data
 (e.g. a getitem's index), never from splitting display text.
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,13 +16,21 @@ import random
 import pytest
 import torch
 
-import sample_models
-from optimus.run import optimize
-from optimus.trace import NodeRecord
-from sample_models.random_models import random_spec
-from sample_models.random_models import build as build_random
-from viz.graph import node_label, render_svg, render_view, snapshot_view, step_picture, step_view, trace_layout
-from viz.report import embedded_svgs, html_report
+from optimus_lens import sample_models
+from optimus_lens.run import optimize
+from optimus_lens.sample_models.random_models import build as build_random
+from optimus_lens.sample_models.random_models import random_spec
+from optimus_lens.trace import NodeRecord
+from optimus_lens.viz.graph import (
+    node_label,
+    render_svg,
+    render_view,
+    snapshot_view,
+    step_picture,
+    step_view,
+    trace_layout,
+)
+from optimus_lens.viz.report import embedded_svgs, html_report
 
 try:  # the realistic samples need transformers
     import transformers  # noqa: F401
@@ -31,16 +40,23 @@ except ImportError:
     HAS_TRANSFORMERS = False
 
 #: each view option a user can pick, besides the defaults
-VIEW_OPTIONS = [dict(), dict(fold_params=False), dict(clusters=False), dict(full=True), dict(hops=1, max_nodes=20),
-                dict(fold=True), dict(fold=False), dict(modules=True)]
+VIEW_OPTIONS = [
+    dict(),
+    dict(fold_params=False),
+    dict(clusters=False),
+    dict(full=True),
+    dict(hops=1, max_nodes=20),
+    dict(fold=True),
+    dict(fold=False),
+    dict(modules=True),
+]
 
 
 def _samples():
     out = []
     for n in sample_models.names():
         skip = sample_models.REGISTRY[n].kind == "realistic" and not HAS_TRANSFORMERS
-        out.append(pytest.param(n, marks=[pytest.mark.skip(reason="transformers not installed")] if skip else [],
-                                id=n))
+        out.append(pytest.param(n, marks=[pytest.mark.skip(reason="transformers not installed")] if skip else [], id=n))
     return out
 
 
@@ -75,7 +91,7 @@ def _draw_every_step(trace) -> int:
     return drawn
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _trace(name: str):
     return optimize(f"sample:{name}", verify="off").trace
 
@@ -109,11 +125,25 @@ def test_every_view_of_every_step_of_random_models_renders():
 
 def test_getitem_label_takes_its_index_from_the_argument_not_from_cut_text():
     long_arg = {"node": "position_ids_with_a_very_long_name_that_is_cut"}
-    rec = NodeRecord("getitem_3", "call_function", "_operator.getitem", args=[long_arg, {"slice": [None, 7, None]}],
-                     inputs=[long_arg["node"]], shape=[1, 7], dtype="int64")
+    rec = NodeRecord(
+        "getitem_3",
+        "call_function",
+        "_operator.getitem",
+        args=[long_arg, {"slice": [None, 7, None]}],
+        inputs=[long_arg["node"]],
+        shape=[1, 7],
+        dtype="int64",
+    )
     assert "getitem [:7:]" in node_label(rec)
-    rec = NodeRecord("getitem_4", "call_function", "_operator.getitem", args=[{"node": "split"}, 2],
-                     inputs=["split"], shape=[4, 8], dtype="float32")
+    rec = NodeRecord(
+        "getitem_4",
+        "call_function",
+        "_operator.getitem",
+        args=[{"node": "split"}, 2],
+        inputs=["split"],
+        shape=[4, 8],
+        dtype="float32",
+    )
     assert "getitem [2]" in node_label(rec)
 
 
@@ -128,9 +158,9 @@ def test_the_report_of_recsys_towers_is_one_offline_file_under_2_mb_with_each_dr
 
 
 def test_a_rolled_back_step_shows_its_error_and_source_in_the_step_facts_and_the_report():
-    from optimus.engine import Pass, Pipeline
-    from optimus.pattern import Match, Miss, RewritePattern
-    from viz.text import step_facts
+    from optimus_lens.engine import Pass, Pipeline
+    from optimus_lens.pattern import Match, Miss, RewritePattern
+    from optimus_lens.viz.text import step_facts
 
     class RaisesAfterCreating(RewritePattern):
         name = "raises_after_creating_viz"

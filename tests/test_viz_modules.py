@@ -1,11 +1,13 @@
 """Module folding: the nn_module_stack hierarchy folded into ``mod:<path>`` nodes, on by
 default above a measured size, opened by the step's marks and by the unfolded set."""
+
 from __future__ import annotations
 
-import viz
-from optimus.trace import Delta, GraphSnapshot, Step, Trace
 from test_viz import node_line, rec, towers_snapshot
-from viz.graph import MODULES_ABOVE, graph_view
+
+from optimus_lens import viz
+from optimus_lens.trace import Delta, GraphSnapshot, Step, Trace
+from optimus_lens.viz.graph import MODULES_ABOVE, graph_view
 
 
 def test_modules_fold_into_one_node_with_their_node_count_and_parallel_towers_into_one():
@@ -22,7 +24,7 @@ def test_modules_fold_into_one_node_with_their_node_count_and_parallel_towers_in
     marked = graph_view(snap, viz.Marks(groups={"r2": 0}), modules=True, fold=False)
     assert "mod:towers.2" not in marked.source and "r2" in marked.source  # a module the step touched stays open
     opened = graph_view(snap, viz.Marks(groups={"cat": 0}), modules=True, fold=False, unfolded={"towers.4"})
-    assert "mod:towers.4" not in opened.source and all(f'\t{n} [' in opened.source for n in ("a4", "r4", "b4"))
+    assert "mod:towers.4" not in opened.source and all(f"\t{n} [" in opened.source for n in ("a4", "r4", "b4"))
     assert "towers.4" not in opened.modules and opened.shown == 10
 
 
@@ -33,8 +35,16 @@ def nested_snapshot(layers: int = 3) -> GraphSnapshot:
         for part in ("attn", "ffn"):
             for j in range(3):
                 name = f"{part}{i}_{j}"
-                nodes.append(rec(name, "call_function", "torch.relu", inputs=[prev],
-                                 module=f"enc.layer.{i}.{part}.op{j}", module_type="ReLU"))
+                nodes.append(
+                    rec(
+                        name,
+                        "call_function",
+                        "torch.relu",
+                        inputs=[prev],
+                        module=f"enc.layer.{i}.{part}.op{j}",
+                        module_type="ReLU",
+                    )
+                )
                 prev = name
     nodes.append(rec("head", inputs=[prev], module="head", module_type="Linear"))
     return GraphSnapshot(nodes)
@@ -65,8 +75,19 @@ def _nested_trace() -> Trace:
     snap = nested_snapshot(3)
     new = rec("new", "call_function", "torch.tanh", inputs=["ffn2_2"])
     head = rec("head", inputs=["new"], module="head", module_type="Linear")
-    step = Step(index=1, pass_name="p", pattern="p", sites=["head"], created=["new"], erased=[], replaced={},
-                delta=Delta(upsert=[new, head], remove=[]), match_s=0.0, rewrite_s=0.0, nodes_after=len(snap) + 1)
+    step = Step(
+        index=1,
+        pass_name="p",
+        pattern="p",
+        sites=["head"],
+        created=["new"],
+        erased=[],
+        replaced={},
+        delta=Delta(upsert=[new, head], remove=[]),
+        match_s=0.0,
+        rewrite_s=0.0,
+        nodes_after=len(snap) + 1,
+    )
     return Trace(model="nested", initial_graph=snap, steps=[step], passes=[])
 
 
@@ -82,13 +103,24 @@ def test_step_picture_draws_folded_modules_on_its_one_layout_and_unfolds_on_requ
 
 
 def test_the_report_folds_modules_by_default_on_a_graph_above_modules_above():
-    from viz.report import embedded_svgs, html_report
+    from optimus_lens.viz.report import embedded_svgs, html_report
 
     snap = nested_snapshot(MODULES_ABOVE // 6 + 1)  # 6 nodes a layer: above the threshold
     new = rec("new", "call_function", "torch.tanh", inputs=[list(snap.nodes)[-2]])
     head = rec("head", inputs=["new"], module="head", module_type="Linear")
-    step = Step(index=1, pass_name="p", pattern="p", sites=["head"], created=["new"], erased=[], replaced={},
-                delta=Delta(upsert=[new, head], remove=[]), match_s=0.0, rewrite_s=0.0, nodes_after=len(snap) + 1)
+    step = Step(
+        index=1,
+        pass_name="p",
+        pattern="p",
+        sites=["head"],
+        created=["new"],
+        erased=[],
+        replaced={},
+        delta=Delta(upsert=[new, head], remove=[]),
+        match_s=0.0,
+        rewrite_s=0.0,
+        nodes_after=len(snap) + 1,
+    )
     trace = Trace(model="nested", initial_graph=snap, steps=[step], passes=[])
     svgs = embedded_svgs(html_report(trace, catalogue=[]))["1"]
     assert all("<title>mod:enc</title>" in svgs[side] and "lens&#45;module" in svgs[side] for side in svgs)

@@ -1,4 +1,5 @@
 """``optimus why`` answers from a dry run of the engine: what it says is what the run does."""
+
 from __future__ import annotations
 
 import functools
@@ -6,16 +7,16 @@ import functools
 import pytest
 import torch
 
-import sample_models
-from optimus.capture import capture
-from optimus.cli import main
-from optimus.engine import Engine, RunOptions, copy_graph_module
-from optimus.passes import default_pipeline
-from optimus.why import DryRun, WhyError
+from optimus_lens import sample_models
+from optimus_lens.capture import capture
+from optimus_lens.cli import main
+from optimus_lens.engine import Engine, RunOptions, copy_graph_module
+from optimus_lens.passes import default_pipeline
+from optimus_lens.why import DryRun, WhyError
 from tests.test_search_global import LinearBehindLinear
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _captured(name: str):
     model, inputs = sample_models.get(name)
     return capture(model, inputs)
@@ -31,7 +32,7 @@ def _assert_agrees(dry: DryRun, steps, step: int = 1) -> int:
     applied = 0
     for n in list(dry.before.graph.nodes):
         for v in dry.explain(n.name).verdicts:
-            first = next((s.index for s in steps[step - 1:] if s.pattern == v.pattern and n.name in s.sites), None)
+            first = next((s.index for s in steps[step - 1 :] if s.pattern == v.pattern and n.name in s.sites), None)
             assert v.applies == (first is not None), (n.name, v)
             assert v.step == first, (n.name, v)
             assert v.text and "raised" not in v.text, (n.name, v)
@@ -55,7 +56,7 @@ def test_why_at_a_later_step_explains_the_nodes_earlier_steps_created(name):
     steps = _run_steps(gm, pipe)
     for k in (2, len(steps) // 2 + 1, len(steps) + 1):
         dry = DryRun(gm, pipe, step=k)
-        created = {c for s in steps[:k - 1] for c in s.created}
+        created = {c for s in steps[: k - 1] for c in s.created}
         assert created & {n.name for n in dry.before.graph.nodes}
         _assert_agrees(dry, steps, step=k)
 
@@ -81,8 +82,8 @@ def test_why_under_upstreams_search_gives_its_bounded_walk_as_the_reason():
 
 
 def test_why_a_member_of_a_chain_names_the_members_it_depends_on_or_feeds():
-    from optimus.engine import Pass, Pipeline
-    from optimus.pattern import REGISTRY, SearchOptions
+    from optimus_lens.engine import Pass, Pipeline
+    from optimus_lens.pattern import REGISTRY, SearchOptions
     from tests.test_search import towers
 
     gm = towers(1, 4)  # one tower: linear -> relu -> linear -> ...
@@ -134,19 +135,20 @@ def test_a_dry_run_names_the_nodes_it_creates_as_the_recorded_run_did():
     """The trace of ``optimus run`` (on the capture itself) and the dry run of ``optimus
     why`` (on a copy) give every created node the same name, so ``why --step`` can be asked
     about a name read in the trace."""
-    from optimus.run import optimize
+    from optimus_lens.run import optimize
 
     trace = optimize("sample:recsys_towers", verify="off").trace
     dry = DryRun(_captured("recsys_towers").gm, default_pipeline())
-    assert [(s.pattern, s.sites, s.created) for s in dry.steps] == \
-           [(s.pattern, s.sites, s.created) for s in trace.steps]
+    assert [(s.pattern, s.sites, s.created) for s in dry.steps] == [
+        (s.pattern, s.sites, s.created) for s in trace.steps
+    ]
 
 
-def test_trace_dry_run_reads_our_trace_at_its_steps_and_an_upstream_trace_from_its_rebuilt_graph(tmp_path,
-                                                                                                 monkeypatch):
-    from optimus.run import observe, optimize
-    from optimus.why import trace_dry_run
+def test_trace_dry_run_reads_our_trace_at_its_steps_and_an_upstream_trace_from_its_rebuilt_graph(tmp_path, monkeypatch):
     from test_observe import HELD_IN
+
+    from optimus_lens.run import observe, optimize
+    from optimus_lens.why import trace_dry_run
 
     trace = optimize("sample:recsys_towers", verify="off").trace
     k = next(s.index for s in trace.steps if s.pattern == "remove_unbind_stack")
@@ -160,24 +162,24 @@ def test_trace_dry_run_reads_our_trace_at_its_steps_and_an_upstream_trace_from_i
     (tmp_path / "held_in.py").write_text(HELD_IN)
     monkeypatch.chdir(tmp_path)
     up = observe("held_in.py:build", options={"batch_layernorm": {}}, verify=True).trace
-    dry, how = trace_dry_run(up, 1, "held_in.py:build")          # upstream's trace: our pipeline on its graph
+    dry, how = trace_dry_run(up, 1, "held_in.py:build")  # upstream's trace: our pipeline on its graph
     assert "rebuilt from the trace" in how
     (v,) = dry.explain("layer_norm", ["batch_layernorm"]).verdicts
     assert v.applies and sorted(v.with_nodes) == [f"layer_norm_{i}" for i in range(1, 5)]
-    with pytest.raises(WhyError, match="cannot be run"):           # after upstream's broken step: view fails
+    with pytest.raises(WhyError, match="cannot be run"):  # after upstream's broken step: view fails
         trace_dry_run(up, 2, "held_in.py:build")
 
 
 def test_a_near_miss_carries_its_partial_match():
-    from optimus.engine import Pass, Pipeline
-    from optimus.pattern import REGISTRY, SearchOptions
+    from optimus_lens.engine import Pass, Pipeline
+    from optimus_lens.pattern import REGISTRY, SearchOptions
     from tests.test_search import towers
 
     gm = towers(1, 4)
     pipe = Pipeline([Pass("l", [REGISTRY["batch_linear"]], options=SearchOptions(min_fuse_set_size=2))])
     lin = [n.name for n in gm.graph.nodes if "linear" in str(n.target)]
     (v,) = DryRun(gm, pipe).explain(lin[1]).verdicts
-    assert sorted(v.partial) == sorted([lin[0], lin[2], lin[3]])   # the others sharing its group key
+    assert sorted(v.partial) == sorted([lin[0], lin[2], lin[3]])  # the others sharing its group key
     gm = _captured("recsys_towers").gm
     (v,) = DryRun(gm, default_pipeline()).explain("h", ["remove_split_cat"]).verdicts
     assert not v.applies and v.partial == ["h"] and "not split" in v.text

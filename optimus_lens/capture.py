@@ -1,0 +1,253 @@
+"""Capture: nn.Module + example inputs -> the pre-grad FX GraphModule Optimus works on.
+
+Default (``method="dynamo"``): the graph Dynamo hands a ``torch.compile`` backend —
+torch IR (``torch._C._nn.linear``, ``F.layer_norm``, ``torch.split`` ...), parameters
+lifted to placeholders, every node carrying ``example_value`` (FakeTensor),
+``stack_trace`` and ``nn_module_stack``. This is the graph upstream's
+``pre_grad_passes`` sees. Graph breaks are reported — how many graphs and why — and
+the caller chooses which graph to optimise; none is dropped silently.
+
+``method="symbolic"``: ``torch.fx`` symbolic tracing (through nn modules, so
+``nn.Linear`` becomes ``F.linear``) followed by FakeTensor propagation for shapes.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import GraphModule
+
+METHODS = ("dynamo", "symbolic")
+
+
+class CaptureError(RuntimeError):
+    """The model could not be captured (Dynamo or FX tracing raised, or no graph came out)."""
+
+
+@dataclass
+class Captured:
+    """A captured model.
+
+    ``gm`` is the chosen graph (``graph_index`` of ``graphs``), ``example_inputs`` the real
+    tensors for its placeholders (user inputs, then lifted parameters and buffers, as
+    Dynamo passes them). ``breaks`` holds one reason per graph break; ``seconds`` is the
+    capture wall time (s).
+    """
+
+    gm: GraphModule
+    example_inputs: tuple
+    graphs: list[tuple[GraphModule, tuple]] = field(default_factory=list)
+    graph_index: int = 0
+    breaks: list[str] = field(default_factory=list)
+    method: str = "dynamo"
+    seconds: float = 0.0
+    dynamo_graphs: int | None = None
+    eager: list[str] = field(default_factory=list)
+    dynamic: bool = False
+
+    def info(self) -> dict:
+        """Plain-data summary stored in the Trace (``trace.capture``). ``dynamo_graphs``
+        and ``breaks`` are what ``torch._dynamo.explain`` reports; ``graphs`` counts the
+        graphs handed to the backend (recompilations included); ``eager`` names the code
+        Dynamo ran outside any graph."""
+        return {
+            "method": self.method,
+            "dynamic": self.dynamic,
+            "graphs": len(self.graphs),
+            "graph_index": self.graph_index,
+            "graph_nodes": [len(g.graph.nodes) for g, _ in self.graphs],
+            "breaks": self.breaks,
+            "dynamo_graphs": self.dynamo_graphs,
+            "eager": self.eager,
+            "seconds": round(self.seconds, 3),
+            "torch": torch.__version__,
+        }
+
+    def summary(self) -> str:
+        """For humans: the graph chosen, and every graph break (full reason) and piece of
+        code run outside any graph, if there are any."""
+        n = len(self.graphs)
+        base = f"captured {len(self.gm.graph.nodes)} nodes with {self.method} in {self.seconds:.2f} s"
+        lines = []
+        if n > 1 or self.breaks:
+            explain = (
+                f"torch._dynamo.explain: {self.dynamo_graphs} graph(s), {len(self.breaks)} graph break(s)"
+                if self.dynamo_graphs is not None
+                else f"{len(self.breaks)} graph break(s)"
+            )
+            again = f"; {n} compiled graphs with recompilations" if self.dynamo_graphs not in (None, n) else ""
+            lines.append(
+                f"{base}: {explain}{again}; showing graph {self.graph_index} (0-based) of {n} (--graph N picks another)"
+            )
+            for i, b in enumerate(self.breaks, 1):
+                lines.append(f"  break {i}: " + b.replace("\n", "\n    "))
+        else:
+            lines.append(base)
+        for e in self.eager:
+            lines.append("  runs outside any graph: " + e.replace("\n", "\n    "))
+        return "\n".join(lines)
+
+
+def capture(
+    model: torch.nn.Module,
+    example_inputs: tuple,
+    method: str = "dynamo",
+    graph_index: int | None = None,
+    dynamic: bool = False,
+) -> Captured:
+    """Capture ``model`` on ``example_inputs``.
+
+    ``dynamic`` (Dynamo only): capture with dynamic shapes (``torch.compile(dynamic=True)``):
+    sizes become SymInts (``s0``, ...) in every ``example_value``, with SymInt placeholders
+    for the sizes the graph reads, so the graph holds for other input shapes.
+
+    With graph breaks, ``graph_index`` picks the graph (default: the one with the most
+    nodes). Raises CaptureError with the tracer's message when the model cannot be
+    captured, and ValueError for an unknown ``method`` or an out-of-range ``graph_index``.
+    """
+    if method not in METHODS:
+        raise ValueError(f"capture method must be one of {METHODS}, not {method!r}")
+    if not isinstance(example_inputs, tuple):
+        example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
+    t0 = time.perf_counter()
+    dynamo_graphs: int | None = None
+    eager: list[str] = []
+    breaks: list = []
+    try:
+        if method == "symbolic":
+            graphs, breaks = [_symbolic(model, example_inputs)], []
+        else:
+            graphs, breaks, dynamo_graphs, eager = _dynamo(model, example_inputs, dynamic)
+    except CaptureError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any capture failure is bad input, explained
+        raise CaptureError(f"capturing {type(model).__name__} failed: {type(e).__name__}: {e}") from e
+    if not graphs:
+        why = (
+            f" (Dynamo ran it outside any graph: {eager[0]})"
+            if eager
+            else ": the model has no tensor operations to capture"
+        )
+        raise CaptureError(f"Dynamo produced no graph{why}")
+    if graph_index is None:
+        graph_index = max(range(len(graphs)), key=lambda i: len(graphs[i][0].graph.nodes))
+    if not 0 <= graph_index < len(graphs):
+        raise ValueError(f"graph_index {graph_index} is outside 0..{len(graphs) - 1}")
+    gm, ex = graphs[graph_index]
+    return Captured(
+        gm, ex, graphs, graph_index, breaks, method, time.perf_counter() - t0, dynamo_graphs, eager, dynamic
+    )
+
+
+def _copied(inputs: tuple) -> tuple:
+    """A deep copy of the example inputs, so that a capture never changes the caller's
+    objects (an input may cache values derived from its tensors, as torchrec's
+    KeyedJaggedTensor does in ``to_dict()``); the inputs themselves if they cannot be
+    copied."""
+    try:
+        return copy.deepcopy(inputs)
+    except Exception:  # noqa: BLE001 - an uncopyable input is used as it is
+        return inputs
+
+
+def _dynamo(model, inputs, dynamic: bool = False) -> tuple[list, list[str], int | None, list[str]]:
+    """Graphs from a ``torch.compile`` backend (with their example inputs), then graph
+    count and break reasons from ``torch._dynamo.explain``, and the frames Dynamo ran
+    eagerly, each with its reason (from Dynamo's ``unimplemented`` counters)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    graphs: list[tuple[GraphModule, tuple]] = []
+
+    def backend(gm: GraphModule, ex):
+        graphs.append((gm, tuple(_concrete(e) for e in ex)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    seen = dict(counters["unimplemented"])  # Dynamo's counters are global: read only what this run adds
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend=backend, dynamic=dynamic)(*_copied(inputs))
+    except Exception as e:  # noqa: BLE001 - turned into a specific, explained error
+        raise CaptureError(
+            f"Dynamo could not capture {type(model).__name__}: {type(e).__name__}: "
+            f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        ) from e
+    finally:
+        torch._dynamo.reset()
+    new = [r for r, k in counters["unimplemented"].items() if k > seen.get(r, 0)]
+    eager = [_reason_text(r) for r in new if "frame skipped" in r or "Skipping the frame" in r]
+    dynamo_graphs: int | None = None
+    breaks: list = []
+    if len(graphs) > 1 or new:
+        dynamo_graphs, breaks = _explain(model, inputs)
+    return graphs, breaks, dynamo_graphs, eager
+
+
+def _reason_text(reason: str) -> str:
+    """Dynamo's reason without its blank lines and documentation link."""
+    lines = [ln.rstrip() for ln in reason.strip().splitlines()]
+    return "\n".join(ln for ln in lines if ln and not ln.lstrip().startswith("For more details"))
+
+
+def _explain(model, inputs) -> tuple[int | None, list[str]]:
+    """``torch._dynamo.explain``'s graph count and one text per break: the full reason
+    (operator, explanation, Dynamo's hint) and the user frame it happened in."""
+    import torch._dynamo
+
+    try:
+        with torch.no_grad():
+            out = torch._dynamo.explain(model)(*_copied(inputs))
+    except Exception as e:  # noqa: BLE001
+        return None, [f"(reasons unavailable: explain raised {type(e).__name__}: {e})"]
+    finally:
+        torch._dynamo.reset()
+    reasons = []
+    for br in out.break_reasons:
+        where = ""
+        if br.user_stack:
+            fr = br.user_stack[-1]
+            where = f"\nat {fr.filename}:{fr.lineno} in {fr.name}" + (f": {fr.line.strip()}" if fr.line else "")
+        reasons.append(f"{_reason_text(br.reason)}{where}")
+    return out.graph_count, reasons
+
+
+class _IntoModules(torch.fx.Tracer):
+    """Traces through every nn.Module, so nn.Linear appears as F.linear as under Dynamo."""
+
+    def is_leaf_module(self, m, qualname):  # noqa: D401
+        return False
+
+
+def _symbolic(model, inputs) -> tuple[GraphModule, tuple]:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    tracer = _IntoModules()
+    tracer.record_stack_traces = True
+    try:
+        graph = tracer.trace(model)
+    except Exception as e:  # noqa: BLE001
+        raise CaptureError(f"symbolic tracing failed for {type(model).__name__}: {type(e).__name__}: {e}") from e
+    gm = GraphModule(tracer.root, graph, type(model).__name__)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    try:
+        FakeTensorProp(gm, mode).propagate(*_copied(inputs))
+    except Exception as e:  # noqa: BLE001
+        raise CaptureError(f"shape propagation failed: {type(e).__name__}: {e}") from e
+    for n in gm.graph.nodes:
+        if "val" in n.meta:
+            n.meta["example_value"] = n.meta["val"]
+    return gm, _copied(tuple(inputs))  # reference runs call the graph on these: not the caller's objects
+
+
+def _concrete(x):
+    """A SymInt example input (dynamic shapes hand the backend the size symbols) as the
+    int it stands for in this call; anything else as it is."""
+    if isinstance(x, (torch.SymInt, torch.SymFloat)):
+        hint = x.node.hint
+        return type(hint)(hint) if hint is not None else x
+    return x
