@@ -10,13 +10,18 @@ or streamlit (``tests/test_layering.py``).
 
 from optimus_lens.trace import GraphSnapshot, Step, Trace, VerifyResult
 
-__all__ = ["GraphSnapshot", "Step", "Trace", "VerifyResult", "compile"]
+__all__ = ["GraphSnapshot", "Step", "Trace", "VerifyResult", "compile", "optimize"]
 
 
 def __getattr__(name: str):
     # ``optimus_lens.compile(model, **torch_compile_kwargs)``: torch.compile with our passes as
-    # Inductor's pre_grad_custom_pass (optimus/compile.py, a callable module). Imported on
-    # first use: it imports torch._inductor, which takes seconds.
+    # Inductor's pre_grad_custom_pass (optimus_lens/compile.py, a callable module). Imported on
+    # first use: it imports torch._inductor, which takes seconds. ``optimus_lens.optimize``
+    # is :func:`optimus_lens.run.optimize` (capture, run the pipeline, record every step).
+    if name == "optimize":
+        from optimus_lens.run import optimize
+
+        return optimize
     if name == "compile":
         import importlib
 
