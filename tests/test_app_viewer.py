@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from test_app import APP, TIMEOUT, _viewer_pages, run
+from test_app import APP, TIMEOUT, _viewer_pages, _viewers, run
 
 from optimus_lens.app import modules as app_modules
 
@@ -52,7 +52,7 @@ def test_presentation_is_one_switch_kept_in_session_state_with_the_colour_blind_
     assert at.session_state["presentation"] is True
     page = _viewer_pages(at)[0]
     assert PRESENTATION.groups[0] in page and PRESENTATION.created_border in page and STANDARD.groups[0] not in page
-    assert "], 1.7, " in page  # large text: lensMount(root, focus, text scale, animation key)
+    assert _viewers(at)[0]["scale"] == 1.7  # large text: the viewer's text scale
     assert not any(s.key == "pass_filter" for s in at.selectbox)  # controls out of the way
     at.button(key="next").click().run()
     assert at.session_state["presentation"] is True and at.session_state["cur_step"] == 2

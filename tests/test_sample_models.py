@@ -443,7 +443,7 @@ def test_gpt2_graph():
 def test_package_imports_without_transformers_and_bert_explains():
     code = (
         "import sys; sys.modules['transformers'] = None\n"
-        "import sample_models\n"
+        "from optimus_lens import sample_models\n"
         "assert 'bert' in sample_models.names()\n"
         "for n in ('bert', 'gpt2'):\n"
         "    try:\n"

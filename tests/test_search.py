@@ -137,7 +137,7 @@ def reference_run(
             sweeps.append(sweep)
 
     for p in pipeline.enabled():
-        for _sweep in range(p.max_iterations):
+        for sweep in range(p.max_iterations):  # noqa: B007 - apply() reads it
             before = len(steps)
             for pattern in p.patterns:
                 if isinstance(pattern, BatchPattern):

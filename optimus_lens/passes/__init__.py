@@ -5,10 +5,12 @@ Importing this package registers every shipped pattern in ``optimus_lens.pattern
 
 from __future__ import annotations
 
-from optimus_lens.passes import batch, einsum, normalize, split_cat  # noqa: F401  (registration)  # noqa: F401  (registration)
-from optimus_lens.passes.batch_extra import EXTRA_BATCH_PASSES
-from optimus_lens.pattern import REGISTRY
+# ruff: noqa: I001 - the imports register the patterns, in this order (REGISTRY's order)
 from optimus_lens.pipeline import Pass, Pipeline
+from optimus_lens.pattern import REGISTRY
+from optimus_lens.passes import batch, split_cat  # noqa: F401  (registration)
+from optimus_lens.passes import normalize, einsum  # noqa: F401  (registration)
+from optimus_lens.passes.batch_extra import EXTRA_BATCH_PASSES
 
 # the shipped batch fusions in pipeline order: each registration's ``pipeline_order`` (upstream's
 # order, the registration order of torch/_inductor/fx_passes/group_batch_fusion.py)

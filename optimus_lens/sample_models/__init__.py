@@ -12,18 +12,20 @@ default model. The realistic models (``bert``, ``gpt2``) need ``transformers``
 (``pip install -e .[models]``), imported only when they are built.
 """
 
+# ruff: noqa: I001 - the imports below register the models, in this order (REGISTRY's order)
+from ._registry import KINDS, REGISTRY, SampleModel, get, get_entry, names, register
+
 # importing these modules registers their models, in this order
 from . import demo as _demo  # noqa: E402,F401
-from . import industrial as _industrial  # noqa: E402,F401
-from . import lab as _lab  # noqa: E402,F401
-from . import perf as _perf  # noqa: E402,F401
-from . import realistic as _realistic  # noqa: E402,F401
-from . import recsys_real as _recsys_real  # noqa: E402,F401
 from . import teaching as _teaching  # noqa: E402,F401
+from . import teaching_split_cat as _teaching_split_cat  # noqa: E402,F401
 from . import teaching_batch as _teaching_batch  # noqa: E402,F401
 from . import teaching_identities as _teaching_identities  # noqa: E402,F401
-from . import teaching_split_cat as _teaching_split_cat  # noqa: E402,F401
-from ._registry import KINDS, REGISTRY, SampleModel, get, get_entry, names, register
+from . import realistic as _realistic  # noqa: E402,F401
+from . import perf as _perf  # noqa: E402,F401
+from . import recsys_real as _recsys_real  # noqa: E402,F401
+from . import industrial as _industrial  # noqa: E402,F401
+from . import lab as _lab  # noqa: E402,F401
 
 #: the default model shown first
 DEFAULT = "recsys_towers"
