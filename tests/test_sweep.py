@@ -261,11 +261,11 @@ def test_a_wheel_reaches_ray_workers_as_its_package_folders(tmp_path):
     whl = tmp_path / "optimus_lens-0.1.0-py3-none-any.whl"
     with zipfile.ZipFile(whl, "w") as z:
         z.writestr("optimus_lens/__init__.py", "")
-        z.writestr("optimus_lens/optimus/__init__.py", "")
+        z.writestr("optimus_lens/viz/__init__.py", "")
         z.writestr("optimus_lens-0.1.0.dist-info/METADATA", "Name: optimus-lens\n")
     (mod,) = ray_runtime_env(str(whl))["py_modules"]
-    assert Path(mod).name == "optimus_lens" and (Path(mod) / "optimus" / "__init__.py").is_file()
+    assert Path(mod).name == "optimus_lens" and (Path(mod) / "viz" / "__init__.py").is_file()
     with pytest.raises(SweepError, match="cannot unpack wheel"):
         ray_runtime_env(str(tmp_path / "missing.whl"))
     here = ray_runtime_env()["py_modules"]
-    assert [Path(p).name for p in here] == ["optimus", "viz", "sample_models"]
+    assert [Path(p).name for p in here] == ["optimus_lens"]  # the one package, viz and samples inside

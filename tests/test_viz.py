@@ -343,7 +343,10 @@ def test_views_of_a_recorded_run_highlight_every_step_site():
 
 
 def test_viz_does_not_import_streamlit_or_the_app():
-    code = "import sys, viz, viz.report, viz.viewer; print(sorted(m for m in sys.modules if m.split('.')[0] in ('streamlit', 'app')))"
+    code = (
+        "import sys, optimus_lens.viz, optimus_lens.viz.report, optimus_lens.viz.viewer; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'streamlit' or m.startswith('optimus_lens.app')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
