@@ -84,6 +84,9 @@ def test_inductor_source_flags_the_upstream_defect_with_code_diff_and_repro(tmp_
     assert t.capture["upstream"] and t.step(1).pattern == "BatchLayernormFusion"
     assert any("Upstream defect" in e.value and "BatchLayernormFusion" in e.value for e in at.error)
     assert "BatchLayernormFusion" in heading(at)
+    assert not [c for c in at.code if c.language == "diff"]  # computed only once its expander is open
+    at.session_state["code_diff_panel"] = True
+    at.run()
     (diff,) = [c for c in at.code if c.language == "diff"]
     assert diff.value.startswith("--- before step 1") and "# <- created" in diff.value
     assert "# <- site" in diff.value

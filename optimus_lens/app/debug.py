@@ -28,11 +28,16 @@ def step_tools(state: MutableMapping, trace: Trace, cur: int) -> None:
     from optimus_lens.rebuild import RebuildError
     from optimus_lens.repro import ReproError, repro_script, step_spec
 
-    with st.expander("Code diff of this step (GraphModule code before → after)", key="code_diff_panel"):
-        try:
-            st.code(diff_of(state, trace, cur), language="diff", line_numbers=False)
-        except RebuildError as e:
-            st.warning(f"The graph cannot be rebuilt as code: {e}")
+    # lazy: the diff is computed only while the expander is open (1-2 s at 21k nodes)
+    panel = st.expander(
+        "Code diff of this step (GraphModule code before → after)", key="code_diff_panel", on_change="rerun"
+    )
+    if panel.open:
+        with panel:
+            try:
+                st.code(diff_of(state, trace, cur), language="diff", line_numbers=False)
+            except RebuildError as e:
+                st.warning(f"The graph cannot be rebuilt as code: {e}")
     try:
         step_spec(trace, cur)
         why_not = None
