@@ -29,8 +29,6 @@ import streamlit as st
 
 from optimus_lens.viz.viewer import VIEWER_CSS, VIEWER_JS, viewer_block
 
-UNFOLDED = "unfolded_modules"
-MODULE_PREFIX = "mod:"
 DRAG_PX = 4  # a press that moves more than this is a pan
 
 _CSS = (
@@ -152,17 +150,12 @@ def on_pick(state: MutableMapping, value: dict | None, trace, cur: int, graphs: 
       and whose panel opens;
     * ``"ignored"`` — anything else (no value, a layout anchor, a node of no graph here).
     """
-    from optimus_lens.app import inspector
+    from optimus_lens.app import inspector, modules
 
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         return "ignored"
     name, pane = value["name"], value.get("pane", 0)
-    if name.startswith(MODULE_PREFIX):
-        unfolded = state.get(UNFOLDED)
-        if not isinstance(unfolded, set):
-            unfolded = set(unfolded or ())
-        unfolded.add(name[len(MODULE_PREFIX) :])
-        state[UNFOLDED] = unfolded
+    if modules.unfold_clicked(state, name):  # a folded module (mod:<path>): opened
         return "unfolded"
     if not isinstance(pane, int) or not 0 <= pane < len(graphs):
         return "ignored"
