@@ -179,7 +179,7 @@ def profile(name: str, calls: int = 200, top: int = 8) -> str:
 
 def paired(name: str, rounds: int, calls: int = 5) -> str:
     """The final graphs only (captured, ours + prepack, the hand-fused bounds), round-robin
-    for ``rounds`` rounds of ``calls`` calls each (thread CPU time); per-round ratio of the
+    for ``rounds`` rounds of ``calls`` calls each (one thread: its CPU time; more: the wall clock); per-round ratio of the
     captured graph's time to each graph's, median and p10..p90, and the ratio of the
     fastest rounds."""
     import statistics
@@ -194,6 +194,9 @@ def paired(name: str, rounds: int, calls: int = 5) -> str:
     graphs += [(s.label, s.gm, s.inputs) for s in _references(name, model, inputs)]
     samples: dict[str, list[float]] = {g[0]: [] for g in graphs}
     load = os.getloadavg()[0]
+    # One thread: its CPU time (least disturbed by other jobs); more: the wall clock, since
+    # the other threads' work is not on the calling thread's clock.
+    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     with torch.no_grad():
         for _, gm, ins in graphs:
             for _ in range(30):
@@ -201,13 +204,14 @@ def paired(name: str, rounds: int, calls: int = 5) -> str:
         for r in range(rounds):
             k = r % len(graphs)
             for label, gm, ins in graphs[k:] + graphs[:k]:
-                t0 = time.thread_time()
+                t0 = clock()
                 for _ in range(calls):
                     gm(*ins)
-                samples[label].append((time.thread_time() - t0) / calls * 1e3)
+                samples[label].append((clock() - t0) / calls * 1e3)
     base = samples["captured"]
     out = [
-        f"== {name}: {rounds} paired rounds of {calls} calls, load average {load:.1f} before, "
+        f"== {name}: {rounds} paired rounds of {calls} calls, {torch.get_num_threads()} thread(s), "
+        f"{'thread CPU time' if clock is time.thread_time else 'wall clock'}, load average {load:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after"
     ]
     for label, xs in samples.items():

@@ -18,7 +18,8 @@ sizes. The model here is deliberately simple, for eager execution:
 
 The estimate is per step: a fusion whose stacks a later cleanup step removes (an
 ``unbind`` then ``stack`` pair) can be unprofitable alone and profitable with the cleanup,
-so :func:`pass_estimates` also sums the steps of each pass.
+so :func:`pass_estimates` also sums the steps of each pass, and :func:`group_estimate`
+charges nothing for a stack of every piece of one unbind in order (:func:`cancelled_stack`).
 
 Both constants are CPU eager figures; on GPU launches cost more and copies less, so the
 estimate is conservative there. :func:`step_estimate` reads a recorded Trace;
@@ -161,9 +162,38 @@ def group_estimate(gm: GraphModule, fuse, nodes: list[Node]) -> Estimate:
         kk, bb = _node_cost(n)
         k, nb = k + kk, nb - bb
     for n in after - before:
+        if cancelled_stack(n):
+            continue
         kk, bb = _node_cost(n)
         k, nb = k - kk, nb + bb
     return Estimate(k, nb)
+
+
+def cancelled_stack(n: Node) -> bool:
+    """True for ``stack([u[0], .., u[n-1]], d)`` of every piece of one ``u = unbind(y, d)``,
+    in order, on the same dim: the identity ``remove_unbind_stack`` cancels in the cleanup
+    after the fusions, so :func:`group_estimate` charges it neither a kernel nor a copy
+    (a fusion that consumes the pieces of the previous one, e.g. a sum of stacked
+    products, stacks them back as they were)."""
+    import operator
+
+    from optimus_lens.passes.common import arg, dim_of
+
+    if n.op != "call_function" or n.target is not torch.stack:
+        return False
+    items = arg(n, 0, "tensors")
+    if not isinstance(items, (list, tuple)) or not items:
+        return False
+    u = items[0].args[0] if isinstance(items[0], Node) and items[0].target is operator.getitem else None
+    if not (isinstance(u, Node) and u.op == "call_function" and u.target is torch.unbind):
+        return False
+    y = meta.tensor(arg(u, 0, "input"))
+    if y is None:
+        return False
+    du, ds = dim_of(arg(u, 1, "dim", 0), y.dim()), dim_of(arg(n, 1, "dim", 0), y.dim())
+    if du is None or du != ds or y.shape[du] != len(items):
+        return False
+    return all(isinstance(t, Node) and t.target is operator.getitem and t.args == (u, i) for i, t in enumerate(items))
 
 
 def pass_estimates(trace) -> dict[str, Estimate]:

@@ -4,6 +4,8 @@ the stack dim, keeps values, gradients and strides, and never runs under upstrea
 
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -60,3 +62,157 @@ def test_upstream_pipeline_never_runs_it():
     names = [p.name for p in upstream_pipeline({"batch_relu": {}}).passes]
     assert "batch_normalize" not in names and "batch_normalize" in [p.name for p in default_pipeline().passes]
     assert REGISTRY["batch_normalize"].key(next(n for n in c.gm.graph.nodes if n.target is F.normalize))
+
+
+# ------------------------------------------------- softmax, mul, sum and the contraction
+
+
+def _one(name):
+    return Pipeline([Pass(name, [REGISTRY[name]])])
+
+
+def _targets(gm, *fns):
+    return [n for n in gm.graph.nodes if n.target in fns]
+
+
+def test_mmoe_gates_softmax_mix_and_contract_once():
+    """MMoE's three gates: one softmax, one product of their stack with the experts, one
+    sum, and the product and sum become one einsum (a bmm) over (T, B, K) x (B, K, E)."""
+    model, inputs = sample_models.get("mmoe")
+    trace, gm = _run(model, inputs, default_pipeline())
+    by = {}
+    for s in trace.steps:
+        by.setdefault(s.pattern, []).append(len(s.sites))
+        assert s.verify.ok, (s.pattern, s.verify)
+    assert by["batch_softmax"] == [3] and by["batch_mul"] == [3] and by["batch_sum"] == [3]
+    assert by["mul_sum_to_einsum"] == [2]
+    assert len(_targets(gm, torch.softmax)) == 1
+    (einsum,) = _targets(gm, torch.functional.einsum)
+    assert einsum.args[0] == "abc,bcd->abd"
+    assert not _targets(gm, torch.sum, operator.mul, torch.mul)
+
+
+def test_twin_towers_dots_with_tower_zero_are_one_product_and_one_sum():
+    """The five dots of tower 0 with the others: tower 0 is read once against the stack of
+    the five (a batched dot, not a matrix product: no einsum)."""
+    model, inputs = sample_models.get("twin_towers")
+    trace, gm = _run(model, inputs, default_pipeline())
+    sizes = {s.pattern: len(s.sites) for s in trace.steps if s.pattern in ("batch_mul", "batch_sum")}
+    assert sizes == {"batch_mul": 5, "batch_sum": 5}
+    assert trace.final_verify is None or trace.final_verify.ok
+    (total,) = _targets(gm, torch.sum)  # the layer norms' affine muls are the other muls
+    assert total.args[0].target is torch.mul and len(total.args[0].users) == 1
+    assert not _targets(gm, torch.functional.einsum)
+
+
+class Sums(nn.Module):
+    def __init__(self, dim, keepdim):
+        super().__init__()
+        self.dim, self.keepdim = dim, keepdim
+
+    def forward(self, *xs):
+        if self.dim is None:
+            ss = [x.sum() for x in xs[:3]] + [torch.sum(x) for x in xs[3:5]]
+        else:
+            ss = [x.sum(self.dim, keepdim=self.keepdim) for x in xs[:3]]
+            ss += [torch.sum(x, dim=self.dim, keepdim=self.keepdim) for x in xs[3:5]]
+        return torch.stack(ss + [xs[5].mean() * 0 + ss[0]]).view(-1)  # view: strides matter
+
+
+def test_sum_dims_shift_past_the_stack_for_every_form():
+    for dim, keepdim in [(0, False), (1, True), (-1, False), ((0, 2), False), ((-1, 0), True), (None, False)]:
+        inputs = tuple(torch.randn(4, 6, 5, requires_grad=True) for _ in range(6))
+        trace, gm = _run(Sums(dim, keepdim), inputs, _one("batch_sum"))
+        (step,) = [s for s in trace.steps if s.pattern == "batch_sum"]
+        assert len(step.sites) == 5, (dim, keepdim, step.sites)
+        assert step.verify.ok and step.verify.checked == "outputs+grads", (dim, step.verify)
+
+
+class Softmaxes(nn.Module):
+    def forward(self, *xs):
+        ys = [torch.softmax(xs[0], 1), F.softmax(xs[1], dim=1), xs[2].softmax(dim=1)]
+        ys += [F.softmax(xs[3], 1, 3), torch.softmax(xs[4], 1, dtype=torch.float64).float()]
+        return torch.cat(ys, dim=-1)
+
+
+def test_softmax_spellings_fuse_and_a_dtype_keeps_its_member_apart():
+    inputs = tuple(torch.randn(4, 6, 5, requires_grad=True) for _ in range(5))
+    trace, gm = _run(Softmaxes(), inputs, _one("batch_softmax"))
+    (step,) = trace.steps
+    assert len(step.sites) == 4 and step.verify.ok and step.verify.checked == "outputs+grads"
+    (fused,) = [n for n in gm.graph.nodes if n.target is torch.softmax and "dtype" not in n.kwargs]
+    assert fused.kwargs["dim"] == 2
+    member = next(n for n in gm.graph.nodes if n.target is torch.softmax and n.kwargs.get("dtype") is torch.float64)
+    assert "dtype" in str(REGISTRY["batch_softmax"].key(member))
+
+
+class Products(nn.Module):
+    """q (6, 5) against four (4, 6, 5) values in every order and spelling (q broadcasts up),
+    three lower-rank ones padded against a higher-rank shared operand, and one product that
+    shares nothing."""
+
+    def forward(self, q, a, b, c, d, w, u, v, t, lone):
+        ps = [q * a, b * q, torch.mul(q, c), d.mul(q)]
+        rs = [u * w, w * v, t * w]  # u, v, t (5,) against w (4, 6, 5)
+        return torch.cat([p.reshape(-1) for p in ps + rs] + [(lone * lone).reshape(-1)])
+
+
+def test_products_with_one_shared_operand_broadcast_it_and_a_product_sharing_nothing_has_no_key():
+    """(Two members never pay on their own: a stack and one product are as many kernels as
+    two products, so the profit estimate refuses them unless the stack is an unbind's
+    pieces put back; groups here have 3 and 4.)"""
+    inputs = (torch.randn(6, 5), *(torch.randn(4, 6, 5) for _ in range(5)), *(torch.randn(5) for _ in range(3)))
+    inputs = tuple(t.requires_grad_() for t in inputs) + (torch.randn(3),)
+    trace, gm = _run(Products(), inputs, _one("batch_mul"))
+    sites = sorted(len(s.sites) for s in trace.steps)
+    assert sites == [3, 4], [s.sites for s in trace.steps]
+    assert all(s.verify.ok and s.verify.checked == "outputs+grads" for s in trace.steps)
+    lone = next(n for n in gm.graph.nodes if n.target is operator.mul and n.args[0] is n.args[1])
+    assert "no other mul" in str(REGISTRY["batch_mul"].key(lone))
+
+
+class Contractions(nn.Module):
+    def forward(self, a, b, x, y, s, t):
+        mm = (a.unsqueeze(-1) * b.unsqueeze(1)).sum(-2)  # bmm: (8, 16, 16)
+        dots = (x * y).sum(-1)  # a batched dot: no free dim on either side
+        p = s.unsqueeze(-1) * t.unsqueeze(1)
+        shared = p.sum(-2) + p.mean()  # the product has another user
+        return mm.sum() + dots.sum() + shared.sum()
+
+
+def test_a_product_summed_over_a_shared_dim_becomes_einsum_only_when_it_is_a_matrix_product():
+    g = lambda *s: torch.randn(*s, requires_grad=True)  # noqa: E731
+    inputs = (g(8, 16, 16), g(8, 16, 16), g(64, 64), g(64, 64), g(8, 16, 16), g(8, 16, 16))
+    trace, gm = _run(Contractions(), inputs, _one("mul_sum_to_einsum"))
+    (step,) = trace.steps
+    assert step.verify.ok and step.verify.checked == "outputs+grads"
+    (e,) = _targets(gm, torch.functional.einsum)
+    assert e.args[0] == "abc,acd->abd"
+    p = REGISTRY["mul_sum_to_einsum"]
+    why = {str(p.match(n)) for n in gm.graph.nodes if n.target == "sum" and n.args[0].target is operator.mul}
+    assert any("not a matrix product" in w for w in why) and any("other users" in w for w in why), why
+    small = capture(Contractions(), tuple(torch.randn(2, 4, 4) if t.dim() == 3 else t.detach() for t in inputs))
+    whys = [str(p.match(n)) for n in small.gm.graph.nodes if n.target == "sum" and n.args[0].target is operator.mul]
+    assert any("elements (< 4096)" in w for w in whys), whys
+
+
+def test_upstream_pipeline_never_runs_the_extra_fusions():
+    names = {p.name for p in upstream_pipeline({"batch_relu": {}, "normalization_pass": {}}).passes}
+    extra = {"batch_softmax", "batch_mul", "batch_sum", "mul_sum_to_einsum"}
+    assert not names & extra and extra <= {p.name for p in default_pipeline().passes}
+
+
+class Restacked(nn.Module):
+    def forward(self, y):
+        return torch.stack([u.unsqueeze(-1) for u in y.unbind(1)], dim=2).view(-1)
+
+
+def test_a_stack_of_unsqueezed_unbind_pieces_becomes_one_reshape():
+    """What the gate fusions leave between softmax and product: ``stack([u_i[..., None]])``
+    of every piece of one unbind is one reshape of the unbind input (parity.md: upstream's
+    move_reshape_out_of_split_stack takes split pieces and reshape/view only)."""
+    name = "move_reshape_out_of_split_stack"
+    trace, gm = _run(Restacked(), (torch.randn(4, 3, 5, requires_grad=True),), _one(name))
+    (step,) = trace.steps
+    assert step.verify.ok and step.verify.checked == "outputs+grads"
+    assert not [n for n in gm.graph.nodes if n.target in (torch.stack, torch.unbind, "unbind", "unsqueeze")]

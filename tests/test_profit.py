@@ -10,7 +10,7 @@ from optimus_lens.capture import capture
 from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
 from optimus_lens.passes import REGISTRY
 from optimus_lens.pattern import SearchOptions
-from optimus_lens.profit import BYTES_PER_US, KERNEL_US, pass_estimates, step_estimate
+from optimus_lens.profit import BYTES_PER_US, KERNEL_US, cancelled_stack, pass_estimates, step_estimate
 
 
 class FiveRelus(nn.Module):
@@ -41,3 +41,17 @@ def test_profitable_only_fuses_small_members_and_skips_members_whose_stack_costs
     big = _run((512, 512), profitable_only=True)  # a 5 MiB stack per call for 3 launches saved
     assert big.steps == [] and big.final_verify.ok
     assert len(_run((512, 512), profitable_only=False).steps) == 1
+
+
+class _Restack(nn.Module):
+    def forward(self, x):
+        u = torch.unbind(x, 1)
+        return torch.stack(u, 1), torch.stack(u[:2], 1), torch.stack(u, 0), torch.stack([u[1], u[0], u[2]], 1)
+
+
+def test_a_stack_of_every_unbind_piece_in_order_on_its_dim_costs_nothing():
+    """group_estimate does not charge the stack that remove_unbind_stack cancels (a fusion
+    consuming the previous fusion's pieces stacks them back); any other stack is a copy."""
+    c = capture(_Restack(), (torch.randn(4, 3, 5),))
+    stacks = [n for n in c.gm.graph.nodes if n.target is torch.stack]
+    assert [cancelled_stack(n) for n in stacks] == [True, False, False, False]

@@ -10,6 +10,7 @@ from optimus_lens.pipeline import Pass, Pipeline
 from optimus_lens.pattern import REGISTRY
 from optimus_lens.passes import batch, split_cat  # noqa: F401  (registration)
 from optimus_lens.passes import normalize, einsum  # noqa: F401  (registration)
+from optimus_lens.passes import contract  # noqa: F401  (registration)
 from optimus_lens.passes.batch_extra import EXTRA_BATCH_PASSES
 
 # the shipped batch fusions in pipeline order: each registration's ``pipeline_order`` (upstream's
@@ -55,18 +56,24 @@ DEFAULT_SPLIT_CAT_PASSES = [
     "unbind_stack_to_slices_pass",
     "move_reshape_out_of_split_stack_pass",
 ]
+# rewrites beyond upstream's catalogue the default pipeline runs last, once the fusions
+# have stacked what they batch (``docs/parity.md``)
+EXTRA_REWRITE_PASSES = ["mul_sum_to_einsum"]
 
 
 def default_pipeline(search: str | None = None, profitable_only: bool = False) -> Pipeline:
     """Upstream's order: ``normalization_pass``, every batch fusion (one pass each; ours
     beyond upstream's catalogue, ``EXTRA_BATCH_PASSES``, last of them), then
     the split/cat cleanup that removes the identity stack/unbind and split/cat pairs the
-    fusions leave, then the split/cat passes of ``DEFAULT_SPLIT_CAT_PASSES``.
+    fusions leave, then the split/cat passes of ``DEFAULT_SPLIT_CAT_PASSES``, then ours
+    beyond upstream's catalogue, ``EXTRA_REWRITE_PASSES`` (``mul_sum_to_einsum``).
 
     ``search`` ("global" or "upstream", see :class:`optimus_lens.pattern.SearchOptions`)
     overrides every batch fusion's search mode; None keeps each pattern's own (global).
     ``profitable_only`` skips groups whose estimated effect is a slowdown
-    (:mod:`optimus_lens.profit`). Raises ValueError for another mode."""
+    (:mod:`optimus_lens.profit`) in every batch fusion; the fusions beyond upstream's
+    catalogue that fuse groups of two (``batch_softmax``, ``batch_mul``, ``batch_sum``)
+    always do. Raises ValueError for another mode."""
     passes = [pattern_pass("normalization_pass")]
     passes += [
         Pass(
@@ -76,7 +83,8 @@ def default_pipeline(search: str | None = None, profitable_only: bool = False) -
             options=None
             if search is None and not profitable_only
             else REGISTRY[name].options.replace(
-                **({} if search is None else {"search": search}), profitable_only=profitable_only
+                **({} if search is None else {"search": search}),
+                profitable_only=profitable_only or REGISTRY[name].options.profitable_only,
             ),
         )
         for name in BATCH_PASSES + EXTRA_BATCH_PASSES
@@ -89,6 +97,7 @@ def default_pipeline(search: str | None = None, profitable_only: bool = False) -
         )
     )
     passes += [pattern_pass(name) for name in DEFAULT_SPLIT_CAT_PASSES]
+    passes += [Pass(n, [REGISTRY[n]], description=REGISTRY[n].description) for n in EXTRA_REWRITE_PASSES]
     return Pipeline(passes)
 
 

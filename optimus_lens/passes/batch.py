@@ -531,7 +531,11 @@ class BatchUnary(BatchPattern):
         if meta.tensor(x) is None or meta.tensor(node) is None:
             return Miss("input or output has no example value")
         for k, v in a.items():
-            if not isinstance(v, (bool, int, float, type(None))):
+            if isinstance(v, list):
+                a[k] = v = tuple(v)
+            if not isinstance(v, (bool, int, float, type(None))) and not (
+                isinstance(v, tuple) and all(isinstance(d, int) for d in v)
+            ):
                 return Miss(f"argument {k} is not a constant")
         miss = self.refuse(a) or fusion_miss(node)
         if miss:

@@ -209,3 +209,102 @@ def build_teach_batch_normalize():
     with seeded():
         xs = tuple(torch.randn(BATCH, WIDTH) * 3.0 for _ in range(PIECES))
     return TeachBatchNormalize().eval(), xs
+
+
+class TeachBatchSoftmax(nn.Module):
+    """Five gates, each ``softmax(x_i, dim=-1)`` in one of its three spellings, then summed:
+    one fused softmax over their stack. Inputs ``x0..x4 (8, 16)`` -> ``(8, 16)``."""
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        ys = [torch.softmax(xs[0], dim=-1), F.softmax(xs[1], dim=-1), xs[2].softmax(-1)]
+        ys += [torch.softmax(x, -1) for x in xs[3:]]
+        out = ys[0]
+        for y in ys[1:]:
+            out = out + y
+        return out
+
+
+@register(
+    name="teach_batch_softmax",
+    description="5 independent softmax(x_i, dim=-1) on (8, 16) -> 1 softmax over their stack",
+    teaches=("batch_softmax",),
+    kind="teaching",
+)
+def build_teach_batch_softmax():
+    """Build :class:`TeachBatchSoftmax`; inputs five ``(8, 16)`` tensors -> output ``(8, 16)``."""
+    with seeded():
+        xs = tuple(torch.randn(BATCH, WIDTH) for _ in range(PIECES))
+    return TeachBatchSoftmax().eval(), xs
+
+
+class TeachBatchMul(nn.Module):
+    """One query ``q`` multiplied by five keys (``q * k``, ``k * q``, ``torch.mul``,
+    ``Tensor.mul``), the products summed: one product of the keys' stack with ``q``,
+    which is read once, not copied five times. Inputs ``q, k0..k4 (8, 16)`` -> ``(8, 16)``."""
+
+    def forward(self, q: torch.Tensor, *ks: torch.Tensor) -> torch.Tensor:
+        ps = [q * ks[0], ks[1] * q, torch.mul(q, ks[2]), q.mul(ks[3]), q * ks[4]]
+        out = ps[0]
+        for p in ps[1:]:
+            out = out + p
+        return out
+
+
+@register(
+    name="teach_batch_mul",
+    description="q (8, 16) times 5 keys (8, 16) -> 1 product of the keys' stack with q",
+    teaches=("batch_mul",),
+    kind="teaching",
+)
+def build_teach_batch_mul():
+    """Build :class:`TeachBatchMul`; inputs six ``(8, 16)`` tensors -> output ``(8, 16)``."""
+    with seeded():
+        xs = tuple(torch.randn(BATCH, WIDTH) for _ in range(PIECES + 1))
+    return TeachBatchMul().eval(), xs
+
+
+class TeachBatchSum(nn.Module):
+    """Five row sums (``x.sum(-1)``, ``torch.sum(x, dim=-1)``) multiplied together: one
+    sum over their stack. Inputs ``x0..x4 (8, 16)`` -> ``(8,)``."""
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        ss = [x.sum(-1) if i % 2 else torch.sum(x, dim=-1) for i, x in enumerate(xs)]
+        out = ss[0]
+        for s in ss[1:]:
+            out = out * s
+        return out
+
+
+@register(
+    name="teach_batch_sum",
+    description="5 independent row sums of (8, 16) inputs -> 1 sum over their stack",
+    teaches=("batch_sum",),
+    kind="teaching",
+)
+def build_teach_batch_sum():
+    """Build :class:`TeachBatchSum`; inputs five ``(8, 16)`` tensors -> output ``(8,)``."""
+    with seeded():
+        xs = tuple(torch.randn(BATCH, WIDTH) for _ in range(PIECES))
+    return TeachBatchSum().eval(), xs
+
+
+class TeachMulSumToEinsum(nn.Module):
+    """A batched matrix product written as a broadcast product and a sum:
+    ``(a.unsqueeze(-1) * b.unsqueeze(1)).sum(-2)`` for ``a (8, 16, 16)``, ``b (8, 16, 16)``
+    builds an (8, 16, 16, 16) product first; as ``einsum("abc,acd->abd")`` it is one bmm."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a.unsqueeze(-1) * b.unsqueeze(1)).sum(-2)
+
+
+@register(
+    name="teach_mul_sum_to_einsum",
+    description="(a[..., None] * b[:, None]).sum(-2) on (8, 16, 16) inputs -> one einsum (a bmm)",
+    teaches=("mul_sum_to_einsum",),
+    kind="teaching",
+)
+def build_teach_mul_sum_to_einsum():
+    """Build :class:`TeachMulSumToEinsum`; inputs two ``(8, 16, 16)`` tensors -> ``(8, 16, 16)``."""
+    with seeded():
+        xs = tuple(torch.randn(BATCH, WIDTH, WIDTH) for _ in range(2))
+    return TeachMulSumToEinsum().eval(), xs

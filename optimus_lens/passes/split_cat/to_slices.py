@@ -26,7 +26,11 @@ from optimus_lens.passes.split_cat.build import as_block, erase_if_unused, moved
 from optimus_lens.pattern import AnchoredPattern, Match, Miss, need, register
 from optimus_lens.rewriter import Rewriter
 
-RESHAPE = ({torch.reshape, torch.Tensor.reshape, torch.Tensor.view}, {"reshape", "view"})
+#: reshapes of one piece (unsqueeze is a reshape to one more size-1 dim)
+RESHAPE = (
+    {torch.reshape, torch.Tensor.reshape, torch.Tensor.view, torch.unsqueeze},
+    {"reshape", "view", "unsqueeze"},
+)
 
 
 class ToSlices(AnchoredPattern):
@@ -161,13 +165,17 @@ class UnbindStackToSlices(ToSlices):
 class MoveReshapeOutOfSplitStack(ToSlices):
     """``stack([reshape(s_i, R) .. reshape(s_j, R)], t)`` of equal pieces (size k on dim a) of
     ``s = split(x, .., a)`` -> ``movedim(reshape(movedim(unflatten(narrow(x, ..), a, (n, k)), a, 0),
-    (n, *R)), 0, t)``: one reshape of the span instead of one per piece."""
+    (n, *R)), 0, t)``: one reshape of the span instead of one per piece.
+
+    Beyond upstream (``docs/parity.md``): the pieces may also be an unbind's, and
+    ``unsqueeze`` counts as a reshape (``stack([u_i.unsqueeze(-1) for u_i in y.unbind()])``
+    is ``y.unsqueeze(-1)``, the shape batch fusions leave between two stacked ops)."""
 
     name = "move_reshape_out_of_split_stack"
     upstream = "move_reshape_out_of_split_stack_pass (move_reshape_out_of_split_stack)"
     description = "Replace a stack of reshaped consecutive split pieces by one reshape of the split input's span."
     preconditions = (
-        "stack entries are reshape/view (static shape) of consecutive split pieces, in order",
+        "stack entries are reshape/view (static shape) or unsqueeze of consecutive split or unbind pieces, in order",
         "the pieces in the run are all of one size",
         "the run is every piece, or at least threshold_to_cat (default 10) pieces",
         "no value aliasing the split input or the stack is written in place",
@@ -175,7 +183,7 @@ class MoveReshapeOutOfSplitStack(ToSlices):
     anchors = frozenset(STACK[0])
 
     def piece(self, d: int):
-        inner = getitem_piece(lambda p: not p.unbind)
+        inner = getitem_piece(lambda p: True)
 
         def piece(t: Node):
             if not is_call(t, *RESHAPE) or not t.args or meta.tensor(t) is None:
