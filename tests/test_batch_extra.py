@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from optimus_lens import sample_models
+from optimus_lens import meta, sample_models
 from optimus_lens.capture import capture
 from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
 from optimus_lens.passes import default_pipeline, upstream_pipeline
@@ -77,7 +77,7 @@ def _targets(gm, *fns):
 
 def test_mmoe_gates_softmax_mix_and_contract_once():
     """MMoE's three gates: one softmax, one product of their stack with the experts, one
-    sum, and the product and sum become one einsum (a bmm) over (T, B, K) x (B, K, E)."""
+    sum, and the product and sum become one bmm over (B, T, K) x (B, K, E)."""
     model, inputs = sample_models.get("mmoe")
     trace, gm = _run(model, inputs, default_pipeline())
     by = {}
@@ -85,16 +85,16 @@ def test_mmoe_gates_softmax_mix_and_contract_once():
         by.setdefault(s.pattern, []).append(len(s.sites))
         assert s.verify.ok, (s.pattern, s.verify)
     assert by["batch_softmax"] == [3] and by["batch_mul"] == [3] and by["batch_sum"] == [3]
-    assert by["mul_sum_to_einsum"] == [2]
+    assert by["mul_sum_to_matmul"] == [2]
     assert len(_targets(gm, torch.softmax)) == 1
-    (einsum,) = _targets(gm, torch.functional.einsum)
-    assert einsum.args[0] == "abc,bcd->abd"
-    assert not _targets(gm, torch.sum, operator.mul, torch.mul)
+    (bmm,) = _targets(gm, torch.bmm)  # (B, T, K) x (B, K, E)
+    assert [tuple(meta.shape(a)) for a in bmm.args] == [(256, 3, 8), (256, 8, 32)]
+    assert not _targets(gm, torch.sum, operator.mul, torch.mul, torch.functional.einsum)
 
 
 def test_twin_towers_dots_with_tower_zero_are_one_product_and_one_sum():
     """The five dots of tower 0 with the others: tower 0 is read once against the stack of
-    the five (a batched dot, not a matrix product: no einsum)."""
+    the five (a batched dot, not a matrix product: no bmm)."""
     model, inputs = sample_models.get("twin_towers")
     trace, gm = _run(model, inputs, default_pipeline())
     sizes = {s.pattern: len(s.sites) for s in trace.steps if s.pattern in ("batch_mul", "batch_sum")}
@@ -102,7 +102,7 @@ def test_twin_towers_dots_with_tower_zero_are_one_product_and_one_sum():
     assert trace.final_verify is None or trace.final_verify.ok
     (total,) = _targets(gm, torch.sum)  # the layer norms' affine muls are the other muls
     assert total.args[0].target is torch.mul and len(total.args[0].users) == 1
-    assert not _targets(gm, torch.functional.einsum)
+    assert not _targets(gm, torch.functional.einsum, torch.bmm)
 
 
 class Sums(nn.Module):
@@ -172,33 +172,39 @@ def test_products_with_one_shared_operand_broadcast_it_and_a_product_sharing_not
 
 
 class Contractions(nn.Module):
-    def forward(self, a, b, x, y, s, t):
+    def forward(self, a, b, x, y, s, t, u, v):
         mm = (a.unsqueeze(-1) * b.unsqueeze(1)).sum(-2)  # bmm: (8, 16, 16)
         dots = (x * y).sum(-1)  # a batched dot: no free dim on either side
         p = s.unsqueeze(-1) * t.unsqueeze(1)
         shared = p.sum(-2) + p.mean()  # the product has another user
-        return mm.sum() + dots.sum() + shared.sum()
+        two_batch = (u.unsqueeze(-1) * v.unsqueeze(-3)).sum(-2, keepdim=True)  # (2, 4, 16, 1, 16): einsum
+        return mm.sum() + dots.sum() + shared.sum() + two_batch.sum()
 
 
 def test_a_product_summed_over_a_shared_dim_becomes_einsum_only_when_it_is_a_matrix_product():
     g = lambda *s: torch.randn(*s, requires_grad=True)  # noqa: E731
     inputs = (g(8, 16, 16), g(8, 16, 16), g(64, 64), g(64, 64), g(8, 16, 16), g(8, 16, 16))
-    trace, gm = _run(Contractions(), inputs, _one("mul_sum_to_einsum"))
-    (step,) = trace.steps
-    assert step.verify.ok and step.verify.checked == "outputs+grads"
+    inputs += (g(2, 4, 16, 16), g(2, 4, 16, 16))
+    trace, gm = _run(Contractions(), inputs, _one("mul_sum_to_matmul"))
+    assert len(trace.steps) == 2
+    assert all(s.verify.ok and s.verify.checked == "outputs+grads" for s in trace.steps)
+    (bmm,) = _targets(gm, torch.bmm)
+    assert not [u for u in bmm.users if u.target is torch.permute]  # already (batch, m, n)
     (e,) = _targets(gm, torch.functional.einsum)
-    assert e.args[0] == "abc,acd->abd"
-    p = REGISTRY["mul_sum_to_einsum"]
+    assert e.args[0] == "abcd,abde->abce"
+    p = REGISTRY["mul_sum_to_matmul"]
     why = {str(p.match(n)) for n in gm.graph.nodes if n.target == "sum" and n.args[0].target is operator.mul}
     assert any("not a matrix product" in w for w in why) and any("other users" in w for w in why), why
-    small = capture(Contractions(), tuple(torch.randn(2, 4, 4) if t.dim() == 3 else t.detach() for t in inputs))
+    small = capture(
+        Contractions(), tuple(torch.randn(*t.shape[:-2], 4, 4) if t.dim() > 2 else t.detach() for t in inputs)
+    )
     whys = [str(p.match(n)) for n in small.gm.graph.nodes if n.target == "sum" and n.args[0].target is operator.mul]
     assert any("elements (< 4096)" in w for w in whys), whys
 
 
 def test_upstream_pipeline_never_runs_the_extra_fusions():
     names = {p.name for p in upstream_pipeline({"batch_relu": {}, "normalization_pass": {}}).passes}
-    extra = {"batch_softmax", "batch_mul", "batch_sum", "mul_sum_to_einsum"}
+    extra = {"batch_softmax", "batch_mul", "batch_sum", "mul_sum_to_matmul"}
     assert not names & extra and extra <= {p.name for p in default_pipeline().passes}
 
 

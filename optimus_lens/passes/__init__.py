@@ -58,7 +58,7 @@ DEFAULT_SPLIT_CAT_PASSES = [
 ]
 # rewrites beyond upstream's catalogue the default pipeline runs last, once the fusions
 # have stacked what they batch (``docs/parity.md``)
-EXTRA_REWRITE_PASSES = ["mul_sum_to_einsum"]
+EXTRA_REWRITE_PASSES = ["mul_sum_to_matmul"]
 
 
 def default_pipeline(search: str | None = None, profitable_only: bool = False) -> Pipeline:
@@ -66,7 +66,7 @@ def default_pipeline(search: str | None = None, profitable_only: bool = False) -
     beyond upstream's catalogue, ``EXTRA_BATCH_PASSES``, last of them), then
     the split/cat cleanup that removes the identity stack/unbind and split/cat pairs the
     fusions leave, then the split/cat passes of ``DEFAULT_SPLIT_CAT_PASSES``, then ours
-    beyond upstream's catalogue, ``EXTRA_REWRITE_PASSES`` (``mul_sum_to_einsum``).
+    beyond upstream's catalogue, ``EXTRA_REWRITE_PASSES`` (``mul_sum_to_matmul``).
 
     ``search`` ("global" or "upstream", see :class:`optimus_lens.pattern.SearchOptions`)
     overrides every batch fusion's search mode; None keeps each pattern's own (global).

@@ -1,4 +1,4 @@
-"""A broadcast product summed over a shared dim is a matrix product: ``mul_sum_to_einsum``.
+"""A broadcast product summed over a shared dim is a matrix product: ``mul_sum_to_matmul``.
 
 Beyond upstream's catalogue (``docs/parity.md``). Upstream's ``einsum_to_pointwise``
 (torch/_inductor/fx_passes/split_cat.py) goes the other way, for one einsum shape
@@ -10,6 +10,7 @@ materialising the whole broadcast product first.
 from __future__ import annotations
 
 import string
+from dataclasses import dataclass
 
 import torch
 from torch.fx import Node
@@ -28,13 +29,14 @@ SUM = ({torch.sum}, {"sum"})
 MIN_PRODUCT_ELEMENTS = 4096
 
 
-def contraction(xs: tuple[int, ...], ys: tuple[int, ...], out: tuple[int, ...], summed: set[int]) -> str | Miss:
-    """The einsum equation for ``(x * y).sum(summed)``, with x and y of shapes ``xs`` and
-    ``ys`` broadcast to ``out``, each operand's size-1 dims squeezed out; or a Miss when
-    the product is not a matrix product: it needs a summed dim of size > 1 in both
-    operands and a kept dim of size > 1 in each operand alone.
+def contraction(xs: tuple[int, ...], ys: tuple[int, ...], out: tuple[int, ...], summed: set[int]) -> Contraction | Miss:
+    """How ``(x * y).sum(summed)`` is a matrix product, for x and y of shapes ``xs`` and
+    ``ys`` broadcast to ``out``; or a Miss when it is not one: it needs a summed dim of
+    size > 1 in both operands and a kept dim of size > 1 in each operand alone.
 
-    Example: x (3, B, 8, 1), y (B, 8, E), summed {2} -> ``"abc,bcd->abd"``."""
+    Example: x (3, B, 8, 1), y (B, 8, E), summed {2} -> equation ``"abc,bcd->abd"``
+    (each operand's size-1 dims squeezed out), batch ``b``, contracted ``c``, free ``a``
+    and ``d``."""
     r = len(out)
     sx, sy = (1,) * (r - len(xs)) + tuple(xs), (1,) * (r - len(ys)) + tuple(ys)
     letters = string.ascii_letters[:r]
@@ -46,25 +48,80 @@ def contraction(xs: tuple[int, ...], ys: tuple[int, ...], out: tuple[int, ...], 
             "not a matrix product: needs a summed dim both operands span and a kept dim each spans alone "
             f"(shapes {tuple(xs)} and {tuple(ys)}, summed dims {sorted(summed)})"
         )
-    sub_x = "".join(letters[i] for i in range(r) if sx[i] > 1)
-    sub_y = "".join(letters[i] for i in range(r) if sy[i] > 1)
-    sub_o = "".join(letters[i] for i in range(r) if i not in summed and out[i] > 1)
-    return f"{sub_x},{sub_y}->{sub_o}"
+    batch = [i for i in range(r) if i not in summed and sx[i] > 1 and sy[i] > 1]
+    only = [i for i in summed if (sx[i] > 1) != (sy[i] > 1)]  # summed in one operand only
+    return Contraction(
+        "".join(letters[i] for i in range(r) if sx[i] > 1),
+        "".join(letters[i] for i in range(r) if sy[i] > 1),
+        "".join(letters[i] for i in range(r) if i not in summed and out[i] > 1),
+        "".join(letters[i] for i in batch) if not only else None,
+        "".join(letters[i] for i in both),
+    )
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """``einsum(f"{x},{y}->{out}")`` over the squeezed operands. ``batch`` (None when some
+    summed dim spans one operand only: only einsum says that) and ``contracted`` name the
+    dims both operands span; the other letters of ``x`` / ``y`` are their free dims."""
+
+    x: str
+    y: str
+    out: str
+    batch: str | None
+    contracted: str
+
+    @property
+    def equation(self) -> str:
+        return f"{self.x},{self.y}->{self.out}"
+
+    def plain(self) -> bool:
+        """One free dim per operand, one contracted dim and at most one batch dim: a
+        single ``mm`` / ``bmm`` of permuted operands."""
+        free_x = [c for c in self.x if c not in self.contracted and c not in (self.batch or "")]
+        free_y = [c for c in self.y if c not in self.contracted and c not in (self.batch or "")]
+        return (
+            self.batch is not None
+            and len(self.batch) <= 1
+            and len(self.contracted) == 1
+            and (len(free_x) == len(free_y) == 1)
+        )
+
+
+def matmul_of(rw: Rewriter, c: Contraction, x: Node, y: Node) -> Node:
+    """``torch.bmm`` (``torch.mm`` without a batch dim) of ``x`` and ``y`` permuted to
+    ``(batch, m, k)`` and ``(batch, k, n)``, the result permuted to ``c.out``'s order when
+    ``c.plain()``; else ``torch.einsum(c.equation, x, y)`` (which does the same with
+    reshapes, in more Python). x, y: the squeezed operands, dims lettered as ``c.x``, ``c.y``."""
+    if not c.plain():
+        return call(rw, torch.einsum, c.equation, x, y)
+    b, k = c.batch or "", c.contracted
+    (m,) = [ch for ch in c.x if ch not in b + k]
+    (n,) = [ch for ch in c.y if ch not in b + k]
+
+    def arranged(v: Node, have: str, want: str) -> Node:
+        order = [have.index(ch) for ch in want]
+        return v if order == sorted(order) else call(rw, torch.permute, v, order)
+
+    prod = call(rw, torch.bmm if b else torch.mm, arranged(x, c.x, b + m + k), arranged(y, c.y, b + k + n))
+    return arranged(prod, b + m + n, c.out)
 
 
 @register
-class MulSumToEinsum(AnchoredPattern):
-    """``(x * y).sum(dims)`` -> ``einsum(eq, x', y')`` when the product is a (batched)
-    matrix product (:func:`contraction`); ``x'``/``y'`` are the operands with their
-    size-1 dims squeezed, and a reshape restores size-1 and kept dims of the sum's shape.
+class MulSumToMatmul(AnchoredPattern):
+    """``(x * y).sum(dims)`` -> ``bmm`` / ``mm`` of the permuted operands, or ``einsum``
+    for a contraction of more dims (:func:`matmul_of`), when the product is a matrix
+    product (:func:`contraction`). The operands' size-1 dims are squeezed first, and a
+    reshape restores the size-1 dims of the sum's shape.
 
     Shapes (MMoE's gate mixing after ``batch_mul``/``batch_sum``): gates (T, B, K, 1),
-    experts (B, K, E), summed over K -> (T, B, E), one ``bmm`` instead of a (T, B, K, E)
-    product and its sum. Upstream: no such rewrite (``docs/parity.md``)."""
+    experts (B, K, E), summed over K -> ``bmm`` of (B, T, K) and (B, K, E) -> (T, B, E)
+    (a permuted view), instead of a (T, B, K, E) product and its sum. Upstream: no such
+    rewrite (``docs/parity.md``)."""
 
-    name = "mul_sum_to_einsum"
+    name = "mul_sum_to_matmul"
     upstream = "none (beyond upstream's catalogue; the inverse of einsum_to_pointwise for matrix products)"
-    description = "Rewrite a broadcast product summed over a shared dim, a matrix product in disguise, into einsum."
+    description = "Rewrite a broadcast product summed over a shared dim, a matrix product in disguise, into bmm."
     preconditions = (
         "torch.sum / Tensor.sum with constant dims and keepdim, no dtype=, of a mul of two tensor nodes",
         "the product is read only by the sum; float operands of one dtype and device",
@@ -97,9 +154,9 @@ class MulSumToEinsum(AnchoredPattern):
             return Miss(
                 f"the product has {pt.numel()} elements (< {MIN_PRODUCT_ELEMENTS}): two small kernels are cheaper"
             )
-        eq = need(contraction(tuple(xt.shape), tuple(yt.shape), tuple(pt.shape), {d % r for d in dims}))
+        con = need(contraction(tuple(xt.shape), tuple(yt.shape), tuple(pt.shape), {d % r for d in dims}))
         miss = mutation_miss(prod) or mutation_miss(node)
-        return miss or Match(node, [node, prod], {"x": x, "y": y, "eq": eq})
+        return miss or Match(node, [node, prod], {"x": x, "y": y, "contraction": con})
 
     def rewrite(self, rw: Rewriter, m: Match) -> None:
         def squeezed(v: Node) -> Node:
@@ -108,7 +165,7 @@ class MulSumToEinsum(AnchoredPattern):
 
         node, prod = m.nodes
         with rw.inserting_before(node):
-            out = call(rw, torch.einsum, m.info["eq"], squeezed(m.info["x"]), squeezed(m.info["y"]))
+            out = matmul_of(rw, m.info["contraction"], squeezed(m.info["x"]), squeezed(m.info["y"]))
             if tuple(meta.shape(out)) != tuple(meta.shape(node)):
                 out = call(rw, torch.reshape, out, tuple(meta.shape(node)))
         rw.carry_meta(node, out)

@@ -288,7 +288,7 @@ def build_teach_batch_sum():
     return TeachBatchSum().eval(), xs
 
 
-class TeachMulSumToEinsum(nn.Module):
+class TeachMulSumToMatmul(nn.Module):
     """A batched matrix product written as a broadcast product and a sum:
     ``(a.unsqueeze(-1) * b.unsqueeze(1)).sum(-2)`` for ``a (8, 16, 16)``, ``b (8, 16, 16)``
     builds an (8, 16, 16, 16) product first; as ``einsum("abc,acd->abd")`` it is one bmm."""
@@ -298,13 +298,13 @@ class TeachMulSumToEinsum(nn.Module):
 
 
 @register(
-    name="teach_mul_sum_to_einsum",
+    name="teach_mul_sum_to_matmul",
     description="(a[..., None] * b[:, None]).sum(-2) on (8, 16, 16) inputs -> one einsum (a bmm)",
-    teaches=("mul_sum_to_einsum",),
+    teaches=("mul_sum_to_matmul",),
     kind="teaching",
 )
-def build_teach_mul_sum_to_einsum():
-    """Build :class:`TeachMulSumToEinsum`; inputs two ``(8, 16, 16)`` tensors -> ``(8, 16, 16)``."""
+def build_teach_mul_sum_to_matmul():
+    """Build :class:`TeachMulSumToMatmul`; inputs two ``(8, 16, 16)`` tensors -> ``(8, 16, 16)``."""
     with seeded():
         xs = tuple(torch.randn(BATCH, WIDTH, WIDTH) for _ in range(2))
-    return TeachMulSumToEinsum().eval(), xs
+    return TeachMulSumToMatmul().eval(), xs
