@@ -33,7 +33,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 UNARY = ("relu", "relu_method", "tanh", "sigmoid", "clamp_pos", "clamp_kw", "nan_to_num", "detach", "dropout")
-OPS = ("linear", "linear_nobias", "layer_norm", "layer_norm_noaffine", *UNARY)
+#: width-preserving ops for the fusions beyond upstream's catalogue: a softmax, a product
+#: with a gain shared by every branch of one width (one parameter node), a row sum
+SHAPED = ("softmax", "mul_shared", "sum_scale")
+OPS = ("linear", "linear_nobias", "layer_norm", "layer_norm_noaffine", *UNARY, *SHAPED)
 JOINS = ("cat", "cat_permuted", "stack", "stack_unbind_cat", "split_again_cat")
 INPUT_LAYOUTS = ("contiguous", "transposed", "sliced")
 CONSUMERS = ("none", "view", "as_strided", "reshape")
@@ -87,6 +90,7 @@ class RandomModel(nn.Module):
     def __init__(self, spec: RandomSpec):
         super().__init__()
         self.spec = spec
+        self.gains = nn.ParameterDict({str(w): nn.Parameter(torch.rand(w) + 0.5) for w in sorted(set(spec.widths))})
         self.mods = nn.ModuleList()
         self.out_widths = []
         for w, chain in zip(spec.widths, spec.chains):
@@ -104,7 +108,7 @@ class RandomModel(nn.Module):
         # eager mode rejects (a transposed or aliased branch) into a reshape
         self.consumers = [spec.consumer, spec.consumer]
 
-    def _apply_op(self, op: str, mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def _apply_op(self, op: str, mod: nn.Module, x: torch.Tensor, width: int) -> torch.Tensor:
         if op.startswith("linear") or op.startswith("layer_norm"):
             return mod(x)
         if op == "relu":
@@ -125,6 +129,12 @@ class RandomModel(nn.Module):
             return x.detach()
         if op == "dropout":
             return F.dropout(x, 0.5, False)
+        if op == "softmax":
+            return F.softmax(x, dim=-1)
+        if op == "mul_shared":
+            return x * self.gains[str(width)]
+        if op == "sum_scale":
+            return x * x.sum(-1, keepdim=True)
         raise ValueError(f"unknown op {op!r}")
 
     def forward(self, x: torch.Tensor):
@@ -141,9 +151,9 @@ class RandomModel(nn.Module):
         else:
             pieces = torch.split(x, s.widths, dim=s.split_dim)
         outs = []
-        for p, chain, layers in zip(pieces, s.chains, self.mods):
+        for p, chain, layers, w in zip(pieces, s.chains, self.mods, s.widths):
             for op, mod in zip(chain, layers):
-                p = self._apply_op(op, mod, p)
+                p = self._apply_op(op, mod, p, w)
             outs.append(p)
         return self._joined(outs), outs[0]
 
