@@ -7,7 +7,8 @@ sizes. The model here is deliberately simple, for eager execution:
 
 * **kernels**: nodes that launch work, i.e. every call_function / call_method except
   views and tuple indexing (``getitem``, ``view``, ``reshape``, ``transpose``, ``split``,
-  ``unbind``, ...: no data moves);
+  ``unbind``, ...: no data moves); a composite op counts the kernels it launches
+  (``KERNELS``: ``F.normalize`` is three);
 * **bytes copied**: the output bytes of ``stack`` / ``cat`` nodes (they materialise a copy);
 * **estimate (us)** = kernels saved x ``KERNEL_US`` - bytes copied / ``BYTES_PER_US``,
   with ``KERNEL_US`` = 3 us (CPU eager dispatch of one op from an FX GraphModule) and
@@ -66,6 +67,9 @@ FREE = frozenset(
     }
 )
 COPIES = frozenset({"stack", "cat", "concat", "concatenate"})
+#: composite ops: kernels one call launches in eager (the rest launch one). F.normalize is
+#: a norm, a clamp_min and a division (torch/nn/functional.py)
+KERNELS = {"normalize": 3}
 
 
 @dataclass
@@ -102,7 +106,7 @@ def _cost(kind: str, target: str, nbytes: int) -> tuple[int, int]:
     t = _short(target)
     if t in FREE:
         return 0, 0
-    return 1, (nbytes if t in COPIES else 0)
+    return KERNELS.get(t, 1), (nbytes if t in COPIES else 0)
 
 
 def _nbytes_record(shape, dtype: str | None) -> int:
