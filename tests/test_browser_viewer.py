@@ -138,3 +138,32 @@ def test_presentation_mode_at_1280x800_graphs_fill_the_window_text_is_large_and_
         page.get_by_text("1: normalize_split").first.wait_for(timeout=60_000)
         assert not page.locator('[data-testid="stException"]').count()
         browser.close()
+
+
+def test_viewers_mounted_at_every_step_share_one_pair_of_window_listeners_and_each_pans(report_file):
+    from playwright.sync_api import sync_playwright
+
+    path, _ = report_file
+    svg = "section.step:not([hidden]) .viewer.pair .pane:nth-child(1) svg"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(path.as_uri())
+        for step in (2, 3, 4):  # each step's viewer is mounted when it is shown
+            page.keyboard.press("ArrowRight")
+            page.wait_for_selector(f"#step-{step}:not([hidden]) .viewer.pair .pane svg")
+        cdp = page.context.new_cdp_session(page)
+        win = cdp.send("Runtime.evaluate", {"expression": "window"})["result"]["objectId"]
+        listeners = cdp.send("DOMDebugger.getEventListeners", {"objectId": win})["listeners"]
+        page_script = {x["scriptId"] for x in listeners if x["type"] == "hashchange"}  # the report's own script
+        ours = [x["type"] for x in listeners if x["scriptId"] in page_script]  # not playwright's injected ones
+        assert ours.count("mousemove") == 1 and ours.count("mouseup") == 1, listeners
+        box = page.locator(svg).bounding_box()
+        before = page.get_attribute(svg, "viewBox")
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(x + 60, y + 40, steps=4)
+        page.mouse.up()
+        assert page.get_attribute(svg, "viewBox") != before  # the viewer on screen pans
+        browser.close()

@@ -111,6 +111,11 @@ if (window.parent !== window) {  // in the app's iframe: the arrow keys go to th
     try { if (window.parent.lensStepKeys && window.parent.lensStepKeys(e.key)) e.preventDefault(); } catch (err) {}
   });
 }
+// the pan in progress, of whichever viewer: one pair of window listeners for the page,
+// however often a viewer is mounted again (the app redraws it at every step)
+let lensDrag = null;
+window.addEventListener('mouseup', function(){ if (lensDrag) lensDrag.p.classList.remove('drag'); lensDrag = null; });
+window.addEventListener('mousemove', function(e){ if (lensDrag) lensDrag.move(e); });
 function lensMount(root, focusNames, scale, animKey){
   const FOCUS = new Set(focusNames), SCALE = scale || 1;
   const panes = Array.from(root.querySelectorAll('.pane')), svgs = panes.map(p => p.querySelector('svg')).filter(Boolean);
@@ -152,17 +157,16 @@ function lensMount(root, focusNames, scale, animKey){
     const ux = vb.x + px / s0.W * vb.w, uy = vb.y + py / s0.H * vb.h, w = vb.w * f, h = vb.h * f;
     set({x: ux - px / s0.W * w, y: uy - py / s0.H * h, w: w, h: h});
   }
-  let drag = null;
   panes.forEach(function(p){
     const svg = p.querySelector('svg'); if (!svg) return;
     p.addEventListener('wheel', function(e){ e.preventDefault(); const r = svg.getBoundingClientRect();
       zoom(e.deltaY > 0 ? 1.15 : 1 / 1.15, e.clientX - r.left, e.clientY - r.top); }, {passive: false});
-    svg.addEventListener('mousedown', function(e){ drag = {x: e.clientX, y: e.clientY, vb: Object.assign({}, vb), p: p};
-      p.classList.add('drag'); });
+    svg.addEventListener('mousedown', function(e){
+      const d = {x: e.clientX, y: e.clientY, vb: Object.assign({}, vb), p: p};
+      d.move = function(ev){ const s0 = size();
+        set({x: d.vb.x - (ev.clientX - d.x) * vb.w / s0.W, y: d.vb.y - (ev.clientY - d.y) * vb.h / s0.H, w: vb.w, h: vb.h}); };
+      lensDrag = d; p.classList.add('drag'); });
   });
-  window.addEventListener('mouseup', function(){ if (drag) drag.p.classList.remove('drag'); drag = null; });
-  window.addEventListener('mousemove', function(e){ if (!drag) return; const s0 = size();
-    set({x: drag.vb.x - (e.clientX - drag.x) * vb.w / s0.W, y: drag.vb.y - (e.clientY - drag.y) * vb.h / s0.H, w: vb.w, h: vb.h}); });
   const on = (cls, fn) => { const b = root.querySelector(cls); if (b) b.onclick = fn; };
   on('.fs', fitFocus); on('.fa', function(){ fit(ALL, 8, 1e9, 0); });
   on('.zi', function(){ zoom(1 / 1.3); }); on('.zo', function(){ zoom(1.3); });
