@@ -23,6 +23,7 @@ from torch.fx import GraphModule, Node
 
 from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
 from optimus_lens.pattern import BatchPattern, Miss, RewritePattern, graph_unchanged, why_not
+from optimus_lens.profit import group_estimate
 from optimus_lens.record import target_name
 from optimus_lens.search import GraphIndex, fusion_candidates, is_search_root, max_antichain
 from optimus_lens.trace import Step
@@ -260,6 +261,15 @@ class DryRun:
             )
         if opts.search == "upstream":
             return _near(self._upstream_reason(node, members, opts, pattern, gm), others)
+        if opts.profitable_only and node in anti:
+            est = group_estimate(gm, pattern.fuse, list(anti))
+            if not est.profitable:
+                return _near(
+                    f"{len(anti)} independent nodes share its group key ({_names([m for m in anti if m is not node])}), "
+                    f"but the profit estimate expects fusing them to cost time ({est.text()}); this pass fuses "
+                    "only groups the estimate expects to gain (profitable_only)",
+                    others,
+                )
         return _near(
             f"{len(members)} nodes share its group key and {len(anti)} are independent, but not with it: "
             f"it depends on or feeds {_names(related)}",

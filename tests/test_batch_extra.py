@@ -222,3 +222,36 @@ def test_a_stack_of_unsqueezed_unbind_pieces_becomes_one_reshape():
     (step,) = trace.steps
     assert step.verify.ok and step.verify.checked == "outputs+grads"
     assert not [n for n in gm.graph.nodes if n.target in (torch.stack, torch.unbind, "unbind", "unsqueeze")]
+
+
+class PairSharing(nn.Module):
+    def forward(self, s, a, b):
+        return torch.cat([(s * a).view(-1), (b * s).view(-1)])
+
+
+def test_a_pair_that_would_cost_a_stack_is_not_fused_and_why_names_the_profit_estimate():
+    """Two products become a stack and one product: no launch saved, bytes copied."""
+    from optimus_lens.why import DryRun
+
+    model, inputs = PairSharing(), tuple(torch.randn(4, 8) for _ in range(3))
+    trace, _ = _run(model, inputs, default_pipeline())
+    assert not [s for s in trace.steps if s.pattern == "batch_mul"]
+    c = capture(model, inputs)
+    mul = next(n for n in c.gm.graph.nodes if n.target is operator.mul)
+    (v,) = DryRun(c.gm, default_pipeline()).explain(mul.name, ["batch_mul"]).verdicts
+    assert not v.applies and "profit estimate expects fusing them to cost time" in v.text, v.text
+    assert "kernel" in v.text and "more copied per call" in v.text, v.text
+
+
+class HalfContraction(nn.Module):
+    def forward(self, a, b):
+        return (a.unsqueeze(-1) * b.unsqueeze(1)).sum(-2)
+
+
+def test_a_16_bit_contraction_is_left_as_product_and_sum():
+    """A bf16 product rounds each term before the sum; a bmm does not (the results differ
+    by more than verification's tolerance), so the rewrite takes float32 and float64 only."""
+    inputs = tuple(torch.randn(8, 16, 16, dtype=torch.bfloat16) for _ in range(2))
+    c = capture(HalfContraction(), inputs)
+    (total,) = [n for n in c.gm.graph.nodes if n.target == "sum"]
+    assert "bfloat16 operands" in str(REGISTRY["mul_sum_to_matmul"].match(total))

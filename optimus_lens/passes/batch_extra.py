@@ -115,7 +115,8 @@ class BatchSoftmax(BatchWithDim):
     preconditions = (
         "torch.softmax, F.softmax or Tensor.softmax with a constant int dim; no dtype=",
         "same input shape, dtype and device and dim in the group; no in-place write to output or input; "
-        "members independent; groups of 2 or more",
+        "members independent; groups of 2 or more that the profit estimate expects to gain (a pair only when its stack "
+        "is free: the pieces of one unbind, in order)",
     )
 
     def bound(self, node: Node) -> dict | Miss:
@@ -155,7 +156,8 @@ class BatchSum(BatchWithDim):
         "torch.sum or Tensor.sum with constant dims (an int, a tuple of ints, or none: every dim) and keepdim; "
         "no dtype= or out=",
         "same input shape, dtype and device, dims and keepdim in the group; no in-place write to output or input; "
-        "members independent; groups of 2 or more",
+        "members independent; groups of 2 or more that the profit estimate expects to gain (a pair only when its stack "
+        "is free: the pieces of one unbind, in order)",
     )
 
     def refuse(self, args: dict) -> Miss | None:
@@ -210,7 +212,8 @@ class BatchMul(BatchPattern):
         "torch.mul, * or Tensor.mul of two tensor nodes; no out=",
         "one operand is the same node in every member (the one more mul nodes read); the other operands "
         "have one shape, dtype and device",
-        "no in-place write to output or input; members independent; groups of 2 or more",
+        "no in-place write to output or input; members independent; groups of 2 or more that the profit estimate "
+        "expects to gain (a pair only when its stack is free: the pieces of one unbind, in order)",
     )
 
     def split(self, node: Node) -> tuple[Node, Node] | Miss:

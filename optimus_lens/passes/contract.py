@@ -124,7 +124,7 @@ class MulSumToMatmul(AnchoredPattern):
     description = "Rewrite a broadcast product summed over a shared dim, a matrix product in disguise, into bmm."
     preconditions = (
         "torch.sum / Tensor.sum with constant dims and keepdim, no dtype=, of a mul of two tensor nodes",
-        "the product is read only by the sum; float operands of one dtype and device",
+        "the product is read only by the sum; float32 or float64 operands of one device",
         "a summed dim of size > 1 in both operands, and a kept dim of size > 1 in each operand alone",
         f"the broadcast product has at least {MIN_PRODUCT_ELEMENTS} elements",
         "no in-place write to the product, the sum or the operands",
@@ -142,8 +142,13 @@ class MulSumToMatmul(AnchoredPattern):
         if len(prod.users) != 1:
             return Miss(f"the product {prod.name} has other users")
         xt, yt, pt = meta.tensor(x), meta.tensor(y), meta.tensor(prod)
-        if xt.dtype != yt.dtype or not xt.dtype.is_floating_point or xt.device != yt.device:
-            return Miss("operands differ in dtype or device, or are not floating point")
+        if xt.dtype != yt.dtype or xt.device != yt.device:
+            return Miss("operands differ in dtype or device")
+        if xt.dtype not in (torch.float32, torch.float64):
+            return Miss(
+                f"{xt.dtype} operands: the product rounds each term to {xt.dtype} before the sum and a matmul "
+                "does not, so the results differ by more than verification's tolerance"
+            )
         if not all(type(d) is int for d in (*xt.shape, *yt.shape)):
             return Miss("symbolic sizes")
         r = pt.dim()

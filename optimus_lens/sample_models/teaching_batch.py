@@ -216,12 +216,9 @@ class TeachBatchSoftmax(nn.Module):
     one fused softmax over their stack. Inputs ``x0..x4 (8, 16)`` -> ``(8, 16)``."""
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
-        ys = [torch.softmax(xs[0], dim=-1), F.softmax(xs[1], dim=-1), xs[2].softmax(-1)]
-        ys += [torch.softmax(x, -1) for x in xs[3:]]
-        out = ys[0]
-        for y in ys[1:]:
-            out = out + y
-        return out
+        y0, y1, y2 = torch.softmax(xs[0], dim=-1), F.softmax(xs[1], dim=-1), xs[2].softmax(-1)
+        y3, y4 = torch.softmax(xs[3], -1), torch.softmax(xs[4], -1)
+        return y0 + y1 + y2 + y3 + y4
 
 
 @register(
@@ -243,11 +240,8 @@ class TeachBatchMul(nn.Module):
     which is read once, not copied five times. Inputs ``q, k0..k4 (8, 16)`` -> ``(8, 16)``."""
 
     def forward(self, q: torch.Tensor, *ks: torch.Tensor) -> torch.Tensor:
-        ps = [q * ks[0], ks[1] * q, torch.mul(q, ks[2]), q.mul(ks[3]), q * ks[4]]
-        out = ps[0]
-        for p in ps[1:]:
-            out = out + p
-        return out
+        p0, p1, p2, p3, p4 = q * ks[0], ks[1] * q, torch.mul(q, ks[2]), q.mul(ks[3]), ks[4] * q
+        return p0 + p1 + p2 + p3 + p4
 
 
 @register(
@@ -268,11 +262,9 @@ class TeachBatchSum(nn.Module):
     sum over their stack. Inputs ``x0..x4 (8, 16)`` -> ``(8,)``."""
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
-        ss = [x.sum(-1) if i % 2 else torch.sum(x, dim=-1) for i, x in enumerate(xs)]
-        out = ss[0]
-        for s in ss[1:]:
-            out = out * s
-        return out
+        s0, s1, s2 = torch.sum(xs[0], dim=-1), xs[1].sum(-1), torch.sum(xs[2], dim=-1)
+        s3, s4 = xs[3].sum(-1), torch.sum(xs[4], dim=-1)
+        return s0 * s1 * s2 * s3 * s4
 
 
 @register(
