@@ -30,17 +30,23 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 
 def run_graph(gm: GraphModule, inputs: tuple, grads: bool = False):
     """Execute ``gm`` node by node (``torch.fx.Interpreter``: no recompile needed) with
-    the seed fixed. With ``grads``, also returns d(sum of outputs * fixed weights)/d(input)
+    the seed fixed, on copies of the inputs when the graph writes in place
+    (:func:`writes_in_place`). With ``grads``, also returns d(sum of outputs * fixed weights)/d(input)
     for every floating-point input that requires grad (parameters are placeholders of the
     captured graph, so weight gradients are included). Returns (outputs, grads list)."""
     torch.manual_seed(SEED)
+    writes = writes_in_place(gm)
+    if writes:  # each run gets its own copies: a run must not see the last one's writes
+        inputs = tuple(x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs)
     if not grads:
         with torch.no_grad():
             return tree_leaves(Interpreter(gm).run(*inputs)), []
     leaves = [
         x.detach().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs
     ]
-    outs = tree_leaves(Interpreter(gm).run(*leaves))
+    # autograd refuses an in-place write to a leaf; the graph writes into a differentiable copy
+    run_on = [x.clone() if writes and isinstance(x, torch.Tensor) and x.requires_grad else x for x in leaves]
+    outs = tree_leaves(Interpreter(gm).run(*run_on))
     gen = torch.Generator().manual_seed(SEED + 1)
     loss = sum(
         (o.float() * torch.rand(o.shape, generator=gen)).sum()
@@ -52,6 +58,21 @@ def run_graph(gm: GraphModule, inputs: tuple, grads: bool = False):
         return [o.detach() if isinstance(o, torch.Tensor) else o for o in outs], []
     gs = torch.autograd.grad(loss, wrt, allow_unused=True)
     return [o.detach() for o in outs], [g for g in gs]
+
+
+class OriginalRunError(ValueError):
+    """The captured (original) graph itself fails on the example inputs, so there is
+    nothing to verify against (the CLI exits 2 with this message)."""
+
+
+def writes_in_place(gm: GraphModule) -> bool:
+    """True when some node of ``gm`` writes in place (``add_``, ``x[i] = v``,
+    ``inplace=True``, ``out=``: :func:`optimus_lens.passes.common.is_mutating`); then
+    :func:`run_graph` runs it on copies of the inputs, so the caller's tensors and the
+    next run's inputs keep their values."""
+    from optimus_lens.passes.common import is_mutating
+
+    return any(n.op in ("call_function", "call_method") and is_mutating(n) for n in gm.graph.nodes)
 
 
 @dataclass
@@ -70,10 +91,17 @@ class Reference:
 def reference(gm: GraphModule, inputs: tuple, grads: bool = False) -> Reference:
     """Run the original graph twice with the same seed; ``deterministic`` is False when
     the two runs differ (e.g. an unseeded random op), in which case nothing can be compared.
+    Raises :class:`OriginalRunError` when the original graph itself raises.
     When the graph has symbolic sizes (:func:`has_symbolic_sizes`) it also runs on the
     first input shape :func:`other_shapes` offers that the original graph accepts."""
-    a, ga = run_graph(gm, inputs, grads)
-    b, _ = run_graph(gm, inputs, False)
+    try:
+        a, ga = run_graph(gm, inputs, grads)
+        b, _ = run_graph(gm, inputs, False)
+    except Exception as e:  # noqa: BLE001 - the model's own failure, said plainly
+        raise OriginalRunError(
+            f"the original graph raised {type(e).__name__} on the example inputs"
+            f"{' computing gradients (--grads)' if grads else ''}: {e}"
+        ) from e
     same = len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
     ref = Reference(a, ga, same)
     if same and has_symbolic_sizes(gm):

@@ -141,3 +141,33 @@ def test_the_engine_and_the_shipped_patterns_do_not_import_each_other():
     assert not any(m.startswith("optimus_lens.passes") for m in imported(root / "engine.py"))
     for f in (root / "passes").glob("*.py"):
         assert "optimus_lens.engine" not in imported(f), f.name
+
+
+class _WritesItsInput(nn.Module):
+    def forward(self, x, *ys):
+        x.add_(1.0)
+        return torch.cat([torch.relu(y) for y in ys]) + x.sum()
+
+
+def test_a_graph_that_writes_its_input_in_place_is_verified_on_copies():
+    """Each verification run gets its own copies of the inputs: the original graph is not
+    reported as non-deterministic because its second run saw the first run's write."""
+
+    inputs = (torch.randn(4, 8), *[torch.randn(4, 8) for _ in range(5)])
+    trace = optimize(_WritesItsInput(), inputs, verify="step").trace
+    assert trace.steps and all(s.verify.ok for s in trace.steps), [s.verify for s in trace.steps]
+
+
+def test_gradients_of_a_graph_that_writes_its_input_are_taken_through_a_copy():
+    inputs = (torch.randn(4, 8), *[torch.randn(4, 8) for _ in range(5)])
+    trace = optimize(_WritesItsInput(), inputs, verify="step", grads=True).trace
+    assert trace.steps and all(s.verify.ok and s.verify.checked == "outputs+grads" for s in trace.steps)
+
+
+def test_an_original_graph_that_raises_is_a_clear_error_not_a_traceback():
+    from optimus_lens.verify import OriginalRunError, reference
+
+    c = capture(_WritesItsInput(), (torch.randn(4, 8), *[torch.randn(4, 8) for _ in range(5)]))
+    bad = (torch.randn(4, 8), torch.randn(4, 3), *[torch.randn(4, 8) for _ in range(4)])  # cat of unequal widths
+    with pytest.raises(OriginalRunError, match="the original graph raised RuntimeError on the example inputs"):
+        reference(c.gm, bad)
