@@ -255,3 +255,14 @@ def test_a_16_bit_contraction_is_left_as_product_and_sum():
     c = capture(HalfContraction(), inputs)
     (total,) = [n for n in c.gm.graph.nodes if n.target == "sum"]
     assert "bfloat16 operands" in str(REGISTRY["mul_sum_to_matmul"].match(total))
+
+
+def test_the_matmul_reads_what_the_unsqueezes_read_and_they_go():
+    """``(a.unsqueeze(-1) * b.unsqueeze(1)).sum(-2)`` -> ``bmm(a, b)``: no squeeze of an
+    unsqueeze is left, and the unsqueezes the product alone read are erased."""
+    inputs = tuple(torch.randn(8, 16, 16, requires_grad=True) for _ in range(2))
+    trace, gm = _run(HalfContraction(), inputs, _one("mul_sum_to_matmul"))
+    (step,) = trace.steps
+    assert step.verify.ok and step.verify.checked == "outputs+grads"
+    ops = [n.target for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    assert ops == [torch.bmm], ops

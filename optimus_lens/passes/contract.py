@@ -18,7 +18,7 @@ from torch.fx import Node
 from optimus_lens import meta
 from optimus_lens.passes.batch import mutation_miss
 from optimus_lens.passes.batch_extra import mul_operands
-from optimus_lens.passes.common import REQUIRED, bind_args, call
+from optimus_lens.passes.common import REQUIRED, bind_args, call, is_call
 from optimus_lens.pattern import AnchoredPattern, Match, Miss, need, register
 from optimus_lens.rewriter import Rewriter
 
@@ -164,16 +164,34 @@ class MulSumToMatmul(AnchoredPattern):
         return miss or Match(node, [node, prod], {"x": x, "y": y, "contraction": con})
 
     def rewrite(self, rw: Rewriter, m: Match) -> None:
-        def squeezed(v: Node) -> Node:
-            ones = tuple(i for i, s in enumerate(meta.shape(v)) if s == 1)
-            return call(rw, torch.squeeze, v, ones) if ones else v
-
         node, prod = m.nodes
         with rw.inserting_before(node):
-            out = matmul_of(rw, m.info["contraction"], squeezed(m.info["x"]), squeezed(m.info["y"]))
+            out = matmul_of(rw, m.info["contraction"], squeezed(rw, m.info["x"]), squeezed(rw, m.info["y"]))
             if tuple(meta.shape(out)) != tuple(meta.shape(node)):
                 out = call(rw, torch.reshape, out, tuple(meta.shape(node)))
         rw.carry_meta(node, out)
         rw.replace_all_uses(node, out)
         rw.erase(node)
         rw.erase(prod)
+        for v in dict.fromkeys((m.info["x"], m.info["y"])):  # an unsqueeze the product alone read
+            if not v.users and v.op in ("call_function", "call_method") and is_call(v, *ADDS_ONES):
+                rw.erase(v)
+
+
+#: views that only add size-1 dims to their input (for a reshape: when the shapes say so)
+ADDS_ONES = ({torch.unsqueeze, torch.reshape}, {"unsqueeze", "reshape", "view"})
+
+
+def squeezed(rw: Rewriter, v: Node) -> Node:
+    """``v`` without its size-1 dims: the input of ``v`` when ``v`` only added them (an
+    ``unsqueeze``, or a reshape/view to the same sizes with ones between: the elements
+    are in the same order), else ``squeeze(v, ones)`` (``v`` itself when it has none)."""
+    shape = meta.shape(v)
+    ones = tuple(i for i, s in enumerate(shape) if s == 1)
+    if not ones:
+        return v
+    src = v.args[0] if is_call(v, *ADDS_ONES) and v.args and isinstance(v.args[0], Node) else None
+    if src is not None and meta.tensor(src) is not None:
+        if [s for s in meta.shape(src) if s != 1] == [s for s in shape if s != 1] and 1 not in meta.shape(src):
+            return src
+    return call(rw, torch.squeeze, v, ones)
