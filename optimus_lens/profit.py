@@ -176,30 +176,17 @@ def group_estimate(gm: GraphModule, fuse, nodes: list[Node]) -> Estimate:
 
 
 def cancelled_stack(n: Node) -> bool:
-    """True for ``stack([u[0], .., u[n-1]], d)`` of every piece of one ``u = unbind(y, d)``,
-    in order, on the same dim: the identity ``remove_unbind_stack`` cancels in the cleanup
-    after the fusions, so :func:`group_estimate` charges it neither a kernel nor a copy
-    (a fusion that consumes the pieces of the previous one, e.g. a sum of stacked
-    products, stacks them back as they were)."""
-    import operator
-
-    from optimus_lens.passes.common import arg, dim_of
-
+    """True for a stack that ``remove_unbind_stack`` cancels in the cleanup after the
+    fusions (every piece of one unbind, in order, on its dim: that pattern's own match
+    decides), so :func:`group_estimate` charges it neither a kernel nor a copy (a fusion
+    that consumes the pieces of the previous one, e.g. a sum of stacked products, stacks
+    them back as they were)."""
     if n.op != "call_function" or n.target is not torch.stack:
         return False
-    items = arg(n, 0, "tensors")
-    if not isinstance(items, (list, tuple)) or not items:
-        return False
-    u = items[0].args[0] if isinstance(items[0], Node) and items[0].target is operator.getitem else None
-    if not (isinstance(u, Node) and u.op == "call_function" and u.target is torch.unbind):
-        return False
-    y = meta.tensor(arg(u, 0, "input"))
-    if y is None:
-        return False
-    du, ds = dim_of(arg(u, 1, "dim", 0), y.dim()), dim_of(arg(n, 1, "dim", 0), y.dim())
-    if du is None or du != ds or y.shape[du] != len(items):
-        return False
-    return all(isinstance(t, Node) and t.target is operator.getitem and t.args == (u, i) for i, t in enumerate(items))
+    import optimus_lens.passes  # noqa: F401 - registers the shipped patterns
+    from optimus_lens.pattern import REGISTRY, Miss
+
+    return not isinstance(REGISTRY["remove_unbind_stack"].match(n), Miss)
 
 
 def pass_estimates(trace) -> dict[str, Estimate]:

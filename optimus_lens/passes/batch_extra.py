@@ -9,7 +9,6 @@ its slice) and run after them in the default pipeline (``EXTRA_BATCH_PASSES``).
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import torch
@@ -18,7 +17,17 @@ from torch.fx import Node
 
 from optimus_lens import meta
 from optimus_lens.passes.batch import BatchUnary, fusion_miss
-from optimus_lens.passes.common import REQUIRED, bind_args, call, is_call, replace_with_getitems, tensor_key
+from optimus_lens.passes.common import (
+    MUL,
+    REQUIRED,
+    SUM,
+    bind_args,
+    call,
+    is_call,
+    mul_operands,
+    replace_with_getitems,
+    tensor_key,
+)
 from optimus_lens.pattern import BatchPattern, Miss, SearchOptions, register
 from optimus_lens.rewriter import Rewriter
 
@@ -31,8 +40,6 @@ EXTRA_BATCH_PASSES = ["batch_normalize", "batch_softmax", "batch_mul", "batch_su
 #: softmax over (256, 8)) but not large ones (two (B, H, T, D) rotary products sharing
 #: their cos table would copy both into a stack to save one launch)
 SMALL_GROUPS = SearchOptions(min_fuse_set_size=2, profitable_only=True)
-
-MUL = ({torch.mul, operator.mul}, {"mul", "__mul__", "__rmul__"})
 
 
 def shift_dims(dim: Any, ndim: int) -> Any:
@@ -146,7 +153,7 @@ class BatchSum(BatchWithDim):
     Upstream: no such fusion (``docs/parity.md``)."""
 
     name, op = "batch_sum", "sum"
-    functions, methods = frozenset({torch.sum}), frozenset({"sum"})
+    functions, methods = frozenset(SUM[0]), frozenset(SUM[1])
     params = (("dim", None), ("keepdim", False), ("dtype", None))
     canonical = staticmethod(torch.sum)
     options = SMALL_GROUPS
@@ -168,22 +175,6 @@ class BatchSum(BatchWithDim):
         if not isinstance(args["keepdim"], bool):
             return Miss("keepdim is not a constant bool")
         return None
-
-
-def mul_operands(node: Node) -> tuple[Node, Node] | Miss:
-    """The two tensor operands of a ``torch.mul`` / ``*`` / ``Tensor.mul`` node, or a Miss
-    (a Python number operand, ``out=``, no example values)."""
-    if not is_call(node, *MUL):
-        return Miss("not a mul node")
-    a = bind_args(node, (("input", REQUIRED), ("other", REQUIRED)))
-    if isinstance(a, Miss):
-        return a
-    x, y = a["input"], a["other"]
-    if not (isinstance(x, Node) and isinstance(y, Node)):
-        return Miss("an operand is a Python number, not a tensor node")
-    if meta.tensor(x) is None or meta.tensor(y) is None or meta.tensor(node) is None:
-        return Miss("an operand or the output has no example value")
-    return x, y
 
 
 def _mul_users(node: Node) -> int:

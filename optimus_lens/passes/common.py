@@ -118,6 +118,8 @@ TANH = ({torch.tanh, F.tanh}, {"tanh"})
 SIGMOID = ({torch.sigmoid, F.sigmoid}, {"sigmoid"})
 LINEAR = ({torch._C._nn.linear, F.linear}, set())
 LAYER_NORM = ({F.layer_norm, torch.layer_norm}, set())
+MUL = ({torch.mul, operator.mul}, {"mul", "__mul__"})
+SUM = ({torch.sum}, {"sum"})
 STACK = ({torch.stack}, set())
 CAT = ({torch.cat, torch.concat, torch.concatenate}, set())
 UNBIND = ({torch.unbind}, {"unbind"})
@@ -299,3 +301,19 @@ def _view_closure_written(root: Node) -> bool:
             if is_view(u) and u.args and u.args[0] is n:
                 work.append(u)
     return False
+
+
+def mul_operands(node: Node) -> tuple[Node, Node] | Miss:
+    """The two tensor operands of a ``torch.mul`` / ``*`` / ``Tensor.mul`` node, or a Miss
+    (a Python number operand, ``out=``, no example values)."""
+    if not is_call(node, *MUL):
+        return Miss("not a mul node")
+    a = bind_args(node, (("input", REQUIRED), ("other", REQUIRED)))
+    if isinstance(a, Miss):
+        return a
+    x, y = a["input"], a["other"]
+    if not (isinstance(x, Node) and isinstance(y, Node)):
+        return Miss("an operand is a Python number, not a tensor node")
+    if meta.tensor(x) is None or meta.tensor(y) is None or meta.tensor(node) is None:
+        return Miss("an operand or the output has no example value")
+    return x, y

@@ -17,12 +17,9 @@ from torch.fx import Node
 
 from optimus_lens import meta
 from optimus_lens.passes.batch import mutation_miss
-from optimus_lens.passes.batch_extra import mul_operands
-from optimus_lens.passes.common import REQUIRED, bind_args, call, is_call
+from optimus_lens.passes.common import REQUIRED, SUM, bind_args, call, is_call, mul_operands
 from optimus_lens.pattern import AnchoredPattern, Match, Miss, need, register
 from optimus_lens.rewriter import Rewriter
-
-SUM = ({torch.sum}, {"sum"})
 
 #: below this many elements in the broadcast product the two small kernels it replaces
 #: cost less than einsum's own permutes and reshapes (measured on CPU eager, torch 2.13)
