@@ -6,7 +6,7 @@ deliberately wrong pass inserted after ``batch_linear``: it negates the first Re
 finds, once. Side by side in one process, per size:
 
 * ``verify="step"``: every step is checked as it is applied (one graph run per step);
-* ``verify="off"`` then :func:`optimus_lens.bisect.bisect_trace`: the run checks nothing, the
+* ``verify="off"`` then :func:`optimus_lens.debug.bisect.bisect_trace`: the run checks nothing, the
   search rebuilds and checks ``1 + ceil(log2(steps))`` graphs at most.
 
 Both must name the same step. Prints steps, graphs checked, wall seconds, and the ratio
@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from search_scale import build_towers  # noqa: E402
 
-from optimus_lens.bisect import bisect_trace  # noqa: E402
-from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module  # noqa: E402
+from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module  # noqa: E402
+from optimus_lens.core.pattern import Match, Miss, RewritePattern  # noqa: E402
+from optimus_lens.debug.bisect import bisect_trace  # noqa: E402
 from optimus_lens.passes import default_pipeline  # noqa: E402
-from optimus_lens.pattern import Match, Miss, RewritePattern  # noqa: E402
 
 
 class NegateOneRelu(RewritePattern):

@@ -19,7 +19,7 @@ import random
 import sys
 import time
 
-from optimus_lens.run import optimize
+from optimus_lens.frontend.run import optimize
 from optimus_lens.sample_models.random_models import build, dtype_supported, random_spec
 
 

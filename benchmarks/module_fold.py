@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimus_lens.run import optimize  # noqa: E402
+from optimus_lens.frontend.run import optimize  # noqa: E402
 from optimus_lens.viz.graph import _drawable, step_picture  # noqa: E402
 
 SAMPLES = (

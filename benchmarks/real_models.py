@@ -5,26 +5,26 @@ For each sample (default: mmoe, twin_towers, deepfm), in one process:
 * capture the Dynamo pre-grad graph;
 * **ours**: ``default_pipeline()`` (global search), verified at the end, keeping the graph
   after every pass; then **ours + prepack**: the same graph with its parameter stacks
-  folded into constants once (:mod:`optimus_lens.prepack`, inference);
+  folded into constants once (:mod:`optimus_lens.perf.prepack`, inference);
 * **upstream**: ``torch._inductor.fx_passes.pre_grad.pre_grad_passes`` with
   ``UPSTREAM_OPTIONS`` (every pre-grad batch fusion our pipeline runs, with upstream's
   defaults, plus normalization and the split/cat passes), through
-  :func:`optimus_lens.inductor.run_upstream`;
+  :func:`optimus_lens.inductor.observe.run_upstream`;
 * **reference**: the sample's hand-fused module (``optimus_reference()``: weights packed
   once, every parallel op batched), the bound; for twin_towers also **reference, towers
   only** (the towers hand-fused, the per-tower normalize / product / sum tail as in the
   model: the bound for fusions of the towers, as no Optimus pass fuses that tail);
 * time all of them and the graph after each pass that made a step **round-robin in the
-  same run** (:func:`optimus_lens.bench.measure`: one sample of each per round, each sample a
+  same run** (:func:`optimus_lens.perf.bench.measure`: one sample of each per round, each sample a
   batch of calls of at least ~2 ms, the thread's CPU time as the clock), torch at one
   thread unless ``--threads``; median and p10..p90 (ms), speedup = captured median / median.
 
 Prints a Markdown table (nodes before/after, steps by pattern, speedups with p10..p90),
-then for every pass that made a step its estimated effect (:mod:`optimus_lens.profit`) against
+then for every pass that made a step its estimated effect (:mod:`optimus_lens.passes.profit`) against
 the measured one (the median per-round ratio to the stage before, as a time saved per
 call, with its p10..p90) and how often the two have the same sign, over all passes and
 over those whose measured effect is beyond the noise (p10..p90 of the ratio excludes 1);
-passes flagged as slowdowns (:attr:`optimus_lens.bench.StageTiming.slowdown`) are marked.
+passes flagged as slowdowns (:attr:`optimus_lens.perf.bench.StageTiming.slowdown`) are marked.
 With ``--json``, the raw figures. Run::
 
     .venv/bin/python benchmarks/real_models.py --repeats 60
@@ -46,14 +46,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from optimus_lens import sample_models  # noqa: E402
-from optimus_lens.bench import Stage  # noqa: E402
-from optimus_lens.bench import measure as measure_stages
-from optimus_lens.capture import capture  # noqa: E402
-from optimus_lens.engine import Engine, RunOptions, copy_graph_module  # noqa: E402
-from optimus_lens.inductor import run_upstream  # noqa: E402
+from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module  # noqa: E402
+from optimus_lens.frontend.capture import capture  # noqa: E402
+from optimus_lens.inductor.observe import run_upstream  # noqa: E402
 from optimus_lens.passes import default_pipeline  # noqa: E402
-from optimus_lens.prepack import prepack  # noqa: E402
-from optimus_lens.profit import pass_estimates  # noqa: E402
+from optimus_lens.passes.profit import pass_estimates  # noqa: E402
+from optimus_lens.perf.bench import Stage  # noqa: E402
+from optimus_lens.perf.bench import measure as measure_stages
+from optimus_lens.perf.prepack import prepack  # noqa: E402
 
 UPSTREAM_OPTIONS = {
     "normalization_pass": {},
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     right = sum(c["same_sign"] for c in checks)
     clear = [c for c in checks if c["beyond_noise"]]
     print(
-        f"\nestimate (optimus_lens.profit) vs measured effect per pass: same sign in {right} of {len(checks)} passes; "
+        f"\nestimate (optimus_lens.passes.profit) vs measured effect per pass: same sign in {right} of {len(checks)} passes; "
         f"{sum(c['same_sign'] for c in clear)} of {len(clear)} whose measured effect is beyond the noise"
     )
     for r in rows:

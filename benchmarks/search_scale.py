@@ -51,10 +51,10 @@ from torch.fx import Graph, GraphModule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimus_lens.engine import Engine, RunOptions, copy_graph_module  # noqa: E402
+from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module  # noqa: E402
+from optimus_lens.core.record import snapshot_graph  # noqa: E402
+from optimus_lens.core.trace import Trace  # noqa: E402
 from optimus_lens.passes import default_pipeline  # noqa: E402
-from optimus_lens.record import snapshot_graph  # noqa: E402
-from optimus_lens.trace import Trace  # noqa: E402
 
 UPSTREAM_OPTIONS = {
     "batch_linear": {},

@@ -1,6 +1,6 @@
 """The towers table of benchmarks/RESULTS.md: recsys_towers32 on CPU, one thread, one run.
 
-Stages timed side by side (round-robin, :mod:`optimus_lens.bench`): the captured FX graph,
+Stages timed side by side (round-robin, :mod:`optimus_lens.perf.bench`): the captured FX graph,
 PyTorch's own pre-grad passes with the equivalent ``pre_grad_fusion_options``, our
 default pipeline, our pipeline with pre-packed weights, and the hand-fused reference.
 Prints the table (µs, ratio to the captured graph, estimated peak memory) and checks
@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimus_lens.bench import bench_pipeline  # noqa: E402
+from optimus_lens.perf.bench import bench_pipeline  # noqa: E402
 
 LABELS = {
     "baseline": "captured FX graph",

@@ -48,10 +48,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from search_scale import build_towers, shape_for  # noqa: E402
 
-from optimus_lens.engine import Engine, RunOptions  # noqa: E402
+from optimus_lens.core.engine import Engine, RunOptions  # noqa: E402
+from optimus_lens.core.record import snapshot_graph  # noqa: E402
+from optimus_lens.core.trace import Trace  # noqa: E402
 from optimus_lens.passes import default_pipeline  # noqa: E402
-from optimus_lens.record import snapshot_graph  # noqa: E402
-from optimus_lens.trace import Trace  # noqa: E402
 from optimus_lens.viz.graph import Marks, graph_view, is_param, render_view, step_picture  # noqa: E402
 from optimus_lens.viz.index import users_at  # noqa: E402
 from optimus_lens.viz.layout import draw_pinned  # noqa: E402

@@ -19,9 +19,14 @@ fi
 
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
+# The editable install is a tree of links to the package's files (setuptools' strict
+# mode, which mypy and every tool can read like an installed package); a file added or
+# removed under the package's folders needs a new tree, so the stamp holds the file list.
 stamp=.venv/.installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+files=$(find optimus app viz sample_models -name __pycache__ -prune -o -type f -print | LC_ALL=C sort | sha1sum | cut -c1-40)
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ] \
+   || [ "$(cat "$stamp")" != "$files" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev,models,sweep]'
-  touch "$stamp"
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev,models,sweep]' --config-settings editable_mode=strict
+  echo "$files" > "$stamp"
 fi

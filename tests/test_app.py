@@ -11,10 +11,10 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from optimus_lens.app import state as S
-from optimus_lens.engine import PatternError
-from optimus_lens.trace import Trace
+from optimus_lens.core.engine import PatternError
+from optimus_lens.core.trace import Trace
 
-APP = str(Path(__file__).resolve().parent.parent / "optimus_lens" / "app" / "main.py")
+APP = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 TIMEOUT = 180
 
 

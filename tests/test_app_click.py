@@ -20,7 +20,7 @@ def viewers(at) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def towers():
-    from optimus_lens.run import optimize
+    from optimus_lens.frontend.run import optimize
 
     return optimize("sample:recsys_towers", verify="off").trace
 

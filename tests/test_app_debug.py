@@ -11,9 +11,9 @@ from streamlit.testing.v1 import AppTest
 from test_observe import HELD_IN  # the held-in input, as a factory file
 
 from optimus_lens.app import toggles
-from optimus_lens.run import optimize
+from optimus_lens.frontend.run import optimize
 
-APP = str(Path(__file__).resolve().parent.parent / "optimus_lens" / "app" / "main.py")
+APP = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 TIMEOUT = 180
 
 
@@ -184,7 +184,7 @@ def test_inspector_finds_a_node_follows_its_inputs_and_keeps_it_across_steps():
 def test_a_pt2_exported_program_runs_from_the_factory_field(tmp_path):
     import torch
 
-    from optimus_lens.run import load_model
+    from optimus_lens.frontend.run import load_model
 
     at = held_in_app(tmp_path)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from optimus_lens.sweep import DEFAULT_CONFIG, SweepConfig, SweepOptions, sweep
+from optimus_lens.sweep.runs import DEFAULT_CONFIG, SweepConfig, SweepOptions, sweep
 
-APP = str(Path(__file__).resolve().parent.parent / "optimus_lens" / "app" / "main.py")
+APP = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from streamlit.testing.v1 import AppTest
 
 
 def _teach() -> AppTest:
-    at = AppTest.from_file("../optimus_lens/app/main.py", default_timeout=240)
+    at = AppTest.from_file("../app/main.py", default_timeout=240)
     at.session_state["page_choice"] = "Teach"
     return at.run()
 
@@ -75,7 +75,7 @@ def test_presentation_switch_scales_the_text():
 
 def test_every_predefined_pattern_has_a_walkthrough_in_the_app(monkeypatch):
     from optimus_lens.app import teach as app_teach
-    from optimus_lens.teach import predefined
+    from optimus_lens.teach.walk import predefined
 
     monkeypatch.setattr(app_teach, "REPEATS", 1)  # the figures are checked in test_teach; here every page renders
     at = _teach()

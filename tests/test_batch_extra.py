@@ -10,11 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from optimus_lens import meta, sample_models
-from optimus_lens.capture import capture
-from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens import sample_models
+from optimus_lens.core import meta
+from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.core.pattern import REGISTRY
+from optimus_lens.frontend.capture import capture
 from optimus_lens.passes import default_pipeline, upstream_pipeline
-from optimus_lens.pattern import REGISTRY
 
 
 def _run(model, inputs, pipe=None):
@@ -231,7 +232,7 @@ class PairSharing(nn.Module):
 
 def test_a_pair_that_would_cost_a_stack_is_not_fused_and_why_names_the_profit_estimate():
     """Two products become a stack and one product: no launch saved, bytes copied."""
-    from optimus_lens.why import DryRun
+    from optimus_lens.debug.why import DryRun
 
     model, inputs = PairSharing(), tuple(torch.randn(4, 8) for _ in range(3))
     trace, _ = _run(model, inputs, default_pipeline())

@@ -17,11 +17,11 @@ from torch import nn
 
 import optimus_lens.passes  # noqa: F401  (registers the shipped patterns)
 from optimus_lens import sample_models
-from optimus_lens.capture import capture
-from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.core.pattern import REGISTRY, SearchOptions, is_miss
+from optimus_lens.core.record import module_path
+from optimus_lens.frontend.capture import capture
 from optimus_lens.passes import BATCH_PASSES
-from optimus_lens.pattern import REGISTRY, SearchOptions, is_miss
-from optimus_lens.record import module_path
 from optimus_lens.sample_models.teaching_batch import Conv1D
 
 HAS_TRANSFORMERS = True
@@ -124,7 +124,7 @@ def test_every_batch_pass_has_a_teaching_model_and_upstream_order():
     assert {p for p, *_ in TEACHING.values()} == set(BATCH_PASSES)
     for name in BATCH_PASSES:
         p = REGISTRY[name]
-        assert p.description and p.preconditions and p.upstream and p.source.startswith("optimus_lens/passes/batch.py:")
+        assert p.description and p.preconditions and p.upstream and p.source.startswith("optimus/passes/batch.py:")
 
 
 def test_the_default_pipeline_runs_the_batch_fusions_in_their_registered_pipeline_order():
@@ -576,7 +576,7 @@ def test_recsys_towers_fuse_layer_by_layer():
 def test_only_nodes_with_an_anchor_target_get_a_group_key(name):
     """The engine keys only a pattern's anchors at the start of a pass: a node outside
     them with a key would silently never be fused. Checked before and after the pipeline."""
-    from optimus_lens.run import run_pipeline
+    from optimus_lens.frontend.run import run_pipeline
 
     keyed = [p for p in REGISTRY.values() if p.kind == "batch" and p.anchors]
     assert {p.name for p in keyed} >= set(BATCH_PASSES)

@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-import optimus_lens.bench as bench
-from optimus_lens.bench import BenchResult, Stage, StageTiming, bench_pipeline, measure, upstream_options
+import optimus_lens.perf.bench as bench
 from optimus_lens.cli import main
+from optimus_lens.perf.bench import BenchResult, Stage, StageTiming, bench_pipeline, measure, upstream_options
 
 
 def _gm(scale: float):

@@ -6,11 +6,11 @@ import math
 import torch
 
 import optimus_lens.passes
-from optimus_lens.bisect import bisect_trace, first_failing
 from optimus_lens.cli import main
-from optimus_lens.engine import Pass, Pipeline
-from optimus_lens.pattern import Match, Miss, RewritePattern
-from optimus_lens.run import optimize
+from optimus_lens.core.engine import Pass, Pipeline
+from optimus_lens.core.pattern import Match, Miss, RewritePattern
+from optimus_lens.debug.bisect import bisect_trace, first_failing
+from optimus_lens.frontend.run import optimize
 
 RELUS = frozenset({torch.relu, torch.nn.functional.relu})
 

@@ -36,7 +36,7 @@ def app_url(tmp_path):
             "-m",
             "streamlit",
             "run",
-            str(ROOT / "optimus_lens" / "app" / "main.py"),
+            str(ROOT / "app" / "main.py"),
             "--server.headless",
             "true",
             "--server.port",

@@ -9,7 +9,7 @@ import time
 import pytest
 from test_browser import CHROMIUM, _viewer, app_url  # noqa: F401 - app_url is a fixture
 
-from optimus_lens.run import optimize
+from optimus_lens.frontend.run import optimize
 from optimus_lens.viz.report import write_report
 
 pytestmark = pytest.mark.browser

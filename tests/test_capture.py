@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from optimus_lens.capture import CaptureError, capture
-from optimus_lens.run import ModelSpecError, load_model, optimize
+from optimus_lens.frontend.capture import CaptureError, capture
+from optimus_lens.frontend.run import ModelSpecError, load_model, optimize
 
 
 class Breaks(nn.Module):
@@ -75,9 +75,9 @@ def test_bad_model_specs_are_explained():
     with pytest.raises(ModelSpecError, match="cannot import"):
         load_model("no_such_pkg.mod:factory")
     with pytest.raises(ModelSpecError, match="no callable"):
-        load_model("optimus_lens.run:nothing_here")
+        load_model("optimus_lens.frontend.run:nothing_here")
     with pytest.raises(ModelSpecError, match="must return"):
-        load_model("optimus_lens.trace:GraphSnapshot")  # returns a snapshot, not (model, inputs)
+        load_model("optimus_lens.core.trace:GraphSnapshot")  # returns a snapshot, not (model, inputs)
 
 
 def test_factory_spec_loads_a_user_model():

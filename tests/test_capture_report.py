@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from optimus_lens.capture import CaptureError, capture
-from optimus_lens.run import optimize
+from optimus_lens.frontend.capture import CaptureError, capture
+from optimus_lens.frontend.run import optimize
 
 
 class TwoExperts(nn.Module):

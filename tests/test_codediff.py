@@ -4,8 +4,8 @@ sites and created nodes marked."""
 import pytest
 
 from optimus_lens.cli import main
-from optimus_lens.codediff import code_diff, diff_text, graph_code
-from optimus_lens.run import optimize
+from optimus_lens.debug.codediff import code_diff, diff_text, graph_code
+from optimus_lens.frontend.run import optimize
 
 
 @pytest.fixture(scope="module")

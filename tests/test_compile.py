@@ -1,4 +1,4 @@
-"""PT2 integration: the pipeline as Inductor's pre_grad_custom_pass, and optimus_lens.compile."""
+"""PT2 integration: the pipeline as Inductor's pre_grad_custom_pass, and optimus_lens.inductor.compile."""
 
 import copy
 
@@ -7,7 +7,7 @@ import torch
 
 import optimus_lens
 from optimus_lens import sample_models
-from optimus_lens.compile import OptimusPreGradPass
+from optimus_lens.inductor.compile import OptimusPreGradPass
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 
 def test_cuda_bench_uses_events_and_measured_peaks():
-    from optimus_lens.bench import bench_pipeline
+    from optimus_lens.perf.bench import bench_pipeline
 
     r = bench_pipeline("sample:recsys_towers32", device="cuda", repeats=5, warmup=2, against_upstream=True)
     assert r.method == "cuda-events" and r.device == torch.cuda.get_device_name()
@@ -16,7 +16,7 @@ def test_cuda_bench_uses_events_and_measured_peaks():
 
 
 def test_cuda_training_bench_runs_forward_and_backward():
-    from optimus_lens.bench import bench_pipeline
+    from optimus_lens.perf.bench import bench_pipeline
 
     r = bench_pipeline("sample:recsys_towers32", device="cuda", mode="training", repeats=3, warmup=1, final_only=True)
     assert [s.stage for s in r.stages] == ["baseline", "pipeline", "reference"]
@@ -24,9 +24,9 @@ def test_cuda_training_bench_runs_forward_and_backward():
 
 
 def test_prepacked_constants_move_with_the_graph_module_to_cuda():
-    from optimus_lens.engine import copy_graph_module
-    from optimus_lens.prepack import prepack
-    from optimus_lens.run import optimize
+    from optimus_lens.core.engine import copy_graph_module
+    from optimus_lens.frontend.run import optimize
+    from optimus_lens.perf.prepack import prepack
 
     res = optimize("sample:recsys_towers32", verify="off", keep_stages=True)
     base, ins = res.engine.stages[0][1], res.captured.example_inputs

@@ -11,7 +11,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from optimus_lens.run import optimize
+from optimus_lens.frontend.run import optimize
 from optimus_lens.sample_models.random_models import (
     CONSUMERS,
     INPUT_LAYOUTS,
@@ -91,7 +91,7 @@ def test_a_detached_branch_whose_gradient_becomes_zero_instead_of_none_still_ver
 # contiguous inputs for a graph captured on a transposed one. Seeds 300 and 400: eval-mode
 # dropout returns its input itself in eager mode, but its FakeTensor is fresh and contiguous,
 # so as_strided on a dropout (or a detach of one) of a split piece read other elements after
-# fusion; example values now carry eager strides (optimus_lens.layout.eager_strides).
+# fusion; example values now carry eager strides (optimus_lens.core.strides.eager_strides).
 FOUND = [
     RandomSpec(
         widths=[16, 3, 16, 16, 16, 4, 16, 16],

@@ -9,8 +9,8 @@ import torch
 pytest.importorskip("transformers")
 
 from optimus_lens import cli  # noqa: E402
-from optimus_lens.hf import ARCHITECTURES, hf_list, parse_spec  # noqa: E402
-from optimus_lens.run import ModelSpecError, load_model, optimize  # noqa: E402
+from optimus_lens.frontend.hf import ARCHITECTURES, hf_list, parse_spec  # noqa: E402
+from optimus_lens.frontend.run import ModelSpecError, load_model, optimize  # noqa: E402
 
 
 def test_the_list_names_at_least_ten_architectures_of_every_input_kind():

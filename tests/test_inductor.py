@@ -13,8 +13,9 @@ from torch._inductor.fx_passes import group_batch_fusion as gbf
 from torch.fx import Node
 
 from optimus_lens import sample_models
-from optimus_lens.capture import capture
-from optimus_lens.inductor import (
+from optimus_lens.core.record import snapshot_graph
+from optimus_lens.frontend.capture import capture
+from optimus_lens.inductor.observe import (
     OTHER_PASS,
     UNRECORDED_PATTERN,
     UNSORTED_MESSAGE,
@@ -23,7 +24,6 @@ from optimus_lens.inductor import (
     observe_upstream,
     run_upstream,
 )
-from optimus_lens.record import snapshot_graph
 
 TOWER_OPTIONS = {
     "normalization_pass": {},

@@ -94,7 +94,7 @@ def test_every_starter_loads_and_matches_on_its_sample(kind):
 
 
 def test_the_app_switches_to_the_lab_and_back_to_the_viewer_with_the_applied_trace():
-    at = AppTest.from_file("../optimus_lens/app/main.py", default_timeout=240)
+    at = AppTest.from_file("../app/main.py", default_timeout=240)
     at.run()
     at.session_state["page_choice"] = "Pattern Lab"
     at.run()

@@ -1,4 +1,4 @@
-"""optimus_lens.lang: the declarative match language — bindings, argument binding across spellings,
+"""optimus_lens.core.lang: the declarative match language — bindings, argument binding across spellings,
 repeated captures, pieces of a split, predicates, and the near-miss reasons it gives."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from optimus_lens.capture import capture
-from optimus_lens.lang import ANY, Const, Each, Op, Pieces, Var, bind, match, require
+from optimus_lens.core.lang import ANY, Const, Each, Op, Pieces, Var, bind, match, require
+from optimus_lens.core.pattern import Miss
+from optimus_lens.frontend.capture import capture
 from optimus_lens.passes.common import CAT, LINEAR, SPLIT
-from optimus_lens.pattern import Miss
 
 SPLIT_CAT = Op(CAT, Pieces(Op(SPLIT, Var("x"), dim=Var("d")), name="pieces"), dim=Var("d"), name="cat")
 
@@ -129,11 +129,11 @@ def test_anchors_are_the_root_targets():
 
 
 def test_the_shipped_split_cat_identity_is_a_rule_of_the_language_with_its_reasons():
-    from optimus_lens.lang import RulePattern
-    from optimus_lens.pattern import Match, get, why_not
+    from optimus_lens.core.lang import RulePattern
+    from optimus_lens.core.pattern import Match, get, why_not
 
     p = get("remove_split_cat")
-    assert isinstance(p, RulePattern) and p.source.startswith("optimus_lens/passes/split_cat/identities.py:")
+    assert isinstance(p, RulePattern) and p.source.startswith("optimus/passes/split_cat/identities.py:")
     gm = _gm(SplitCat(), torch.randn(3, 6))
     assert isinstance(p.match(_node(gm, torch.cat)), Match)
     gm = _gm(SplitCat(cat_dim=0), torch.randn(3, 6))
@@ -143,7 +143,7 @@ def test_the_shipped_split_cat_identity_is_a_rule_of_the_language_with_its_reaso
 
 
 def test_check_takes_a_miss_returning_function_as_a_predicate():
-    from optimus_lens.lang import check
+    from optimus_lens.core.lang import check
 
     gm = _gm(SplitCat(), torch.randn(3, 6))
     cat = _node(gm, torch.cat)
@@ -160,8 +160,8 @@ def test_pieces_put_the_getitems_in_the_site_between_the_root_and_the_producer()
 
 
 def _run_rule(model, rule, *inputs):
-    from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
-    from optimus_lens.lang import RulePattern
+    from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions
+    from optimus_lens.core.lang import RulePattern
 
     gm = _gm(model, *inputs)
     trace = Engine(gm, inputs, Pipeline([Pass("p", [RulePattern(rule)])]), RunOptions(verify="step")).run()
@@ -169,7 +169,7 @@ def _run_rule(model, rule, *inputs):
 
 
 def test_a_rule_identity_erases_the_pieces_and_the_split_it_no_longer_needs():
-    from optimus_lens.lang import Rule
+    from optimus_lens.core.lang import Rule
 
     trace, gm = _run_rule(SplitCat(), Rule("split_cat", SPLIT_CAT, lambda rw, x, **_: x), torch.randn(3, 6))
     assert [s.pattern for s in trace.steps] == ["split_cat"] and trace.final_verify.ok
@@ -184,7 +184,7 @@ class UnbindStackUse(nn.Module):
 
 
 def test_a_pieces_rule_replaces_each_getitem_of_a_tuple_valued_root_by_its_element():
-    from optimus_lens.lang import Rule
+    from optimus_lens.core.lang import Rule
     from optimus_lens.passes.common import STACK, UNBIND
 
     rule = Rule(
@@ -196,7 +196,7 @@ def test_a_pieces_rule_replaces_each_getitem_of_a_tuple_valued_root_by_its_eleme
 
 
 def test_a_pieces_rule_refuses_a_root_used_other_than_through_getitems():
-    from optimus_lens.lang import Rule, RulePattern
+    from optimus_lens.core.lang import Rule, RulePattern
     from optimus_lens.passes.common import STACK, UNBIND
 
     p = RulePattern(Rule("stack_unbind", Op(UNBIND, Op(STACK, Var("xs"))), lambda rw, xs, **_: list(xs), pieces=True))
@@ -211,7 +211,7 @@ def test_a_pieces_rule_refuses_a_root_used_other_than_through_getitems():
 
 
 def test_anchored_patterns_refuse_other_ops_and_need_ends_the_match_with_the_miss():
-    from optimus_lens.pattern import AnchoredPattern, Match, need
+    from optimus_lens.core.pattern import AnchoredPattern, Match, need
 
     class FirstPieceOfASplit(AnchoredPattern):
         name = "first_piece"

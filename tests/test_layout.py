@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from optimus_lens.capture import capture
-from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
-from optimus_lens.pattern import Match, Miss, RewritePattern
-from optimus_lens.run import optimize
+from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.core.pattern import Match, Miss, RewritePattern
+from optimus_lens.frontend.capture import capture
+from optimus_lens.frontend.run import optimize
 
 
 class LinearsViewed(nn.Module):
@@ -159,7 +159,7 @@ def test_verify_reports_a_specialised_size_on_the_second_shape():
 def test_verify_reports_other_output_strides_as_a_layout_failure():
     from torch.fx import symbolic_trace
 
-    from optimus_lens import verify
+    from optimus_lens.core import verify
 
     original = symbolic_trace(lambda x: x.t().contiguous())
     rewritten = symbolic_trace(lambda x: x.t())
@@ -179,7 +179,7 @@ def test_a_view_of_a_fused_linear_gets_a_contiguous_copy_only_where_needed():
 
 
 def test_a_pattern_refuses_with_a_miss_naming_the_user_and_layout_it_needs():
-    from optimus_lens.pattern import get, why_not
+    from optimus_lens.core.pattern import get, why_not
 
     class PieceViewed(nn.Module):
         def forward(self, x, y):
@@ -204,7 +204,7 @@ UPSTREAM_OPTIONS = {  # the upstream pre_grad_fusion_options entry that runs eac
 
 @pytest.mark.parametrize("name", sorted(HELD_IN))
 def test_the_upstream_observer_flags_the_upstream_step_that_breaks_each_held_in_input(name):
-    from optimus_lens.inductor import observe_upstream
+    from optimus_lens.inductor.observe import observe_upstream
 
     cls, shape, _ = HELD_IN[name]
     pass_name, rule = UPSTREAM_OPTIONS[name]

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from optimus_lens.cli import main
-from optimus_lens.inductor import known_pre_grad_passes
+from optimus_lens.frontend.run import ModelSpecError, load_model, optimize
+from optimus_lens.inductor.observe import known_pre_grad_passes
 from optimus_lens.passes import upstream_pipeline
-from optimus_lens.run import ModelSpecError, load_model, optimize
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -4,8 +4,8 @@ source with code around it, and its provenance across every step of a trace."""
 import pytest
 
 from optimus_lens.cli import main
-from optimus_lens.nodeinfo import NodeNotFound, find_nodes, lifetime, node_info, node_info_text
-from optimus_lens.run import optimize
+from optimus_lens.debug.inspect_node import NodeNotFound, find_nodes, lifetime, node_info, node_info_text
+from optimus_lens.frontend.run import optimize
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def test_a_fused_node_shows_its_metas_source_and_where_it_went(towers):
     assert r.device == "cpu" and "  device  cpu" in node_info_text(info)
     assert [n for n, _ in info.inputs][0] == "relu_7" and info.inputs[0][1] == [32, 32]
     assert info.users == ["h"]
-    assert info.source_file.endswith("optimus_lens/sample_models/demo.py")
+    assert info.source_file.endswith("sample_models/demo.py")
     marked = [text for no, text in info.code if no == int(r.source.split(":")[1])]
     assert marked and "self.norm(" in marked[0] and len(info.code) == 7
     (erased,) = [e for e in info.events if e.kind == "erased"]
@@ -73,7 +73,7 @@ def test_inspect_cli_prints_the_node_and_exits_2_for_an_unknown_one(tmp_path, ca
 def test_device_is_recorded_and_a_trace_without_it_still_loads(towers, tmp_path, capsys):
     import json
 
-    from optimus_lens.trace import Trace
+    from optimus_lens.core.trace import Trace
 
     data = json.loads(towers.dumps())
     assert all(r.get("device") == "cpu" for r in data["initial_graph"]["nodes"] if "shape" in r)
@@ -96,7 +96,7 @@ def test_the_node_a_failing_step_breaks_shows_its_changed_input_strides_and_its_
     real ones, and the .view that reads them is the node that raises."""
     from test_observe import HELD_IN
 
-    from optimus_lens.run import observe
+    from optimus_lens.frontend.run import observe
 
     (tmp_path / "held_in.py").write_text(HELD_IN)
     monkeypatch.chdir(tmp_path)

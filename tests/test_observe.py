@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from optimus_lens.cli import main
-from optimus_lens.compare import compare_model, comparison_text
-from optimus_lens.inductor import default_options, known_pre_grad_passes
-from optimus_lens.trace import Trace
+from optimus_lens.core.trace import Trace
+from optimus_lens.debug.compare import compare_model, comparison_text
+from optimus_lens.inductor.observe import default_options, known_pre_grad_passes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -125,8 +125,8 @@ def test_an_upstream_rule_that_raises_is_the_last_step_flagged_as_a_defect(held_
 
 
 def test_upstreams_unbind_stack_to_slices_crash_is_recorded_and_its_repro_raises_while_good_steps_pass():
-    from optimus_lens.repro import run_repro, step_spec
-    from optimus_lens.run import observe
+    from optimus_lens.debug.repro import run_repro, step_spec
+    from optimus_lens.frontend.run import observe
 
     t = observe("sample:teach_split_stack").trace
     crash = t.steps[-1]

@@ -5,11 +5,11 @@ test/inductor/test_group_batch_fusion.py and test/inductor/test_split_cat_fx_pas
 each with the ``pre_grad_fusion_options`` and the counters upstream's test asserts
 (shapes are shrunk where that keeps the structure). Every case is captured once; then
 
-* upstream's ``pre_grad_passes`` runs on it (:func:`optimus_lens.inductor.run_upstream`) and
+* upstream's ``pre_grad_passes`` runs on it (:func:`optimus_lens.inductor.observe.run_upstream`) and
   must reproduce the counters upstream's test asserts;
 * our pipeline for the same options (:func:`optimus_lens.passes.upstream_pipeline`) runs with
   every step verified, and every step must keep the outputs;
-* the rewrites per pass must be equal (:func:`optimus_lens.inductor.fusions_per_pass` on
+* the rewrites per pass must be equal (:func:`optimus_lens.inductor.observe.fusions_per_pass` on
   upstream's side, steps per pass on ours), except the differences listed in
   ``EXPECTED_DIFFERENCES``, each with its reason (docs/parity.md has the table). A listed
   difference is asserted exactly, so a change on either side fails the test.
@@ -27,11 +27,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from optimus_lens.capture import capture
-from optimus_lens.engine import Engine, RunOptions, copy_graph_module
-from optimus_lens.inductor import run_upstream
+from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
+from optimus_lens.core.verify import compare, run_graph
+from optimus_lens.frontend.capture import capture
+from optimus_lens.inductor.observe import run_upstream
 from optimus_lens.passes import upstream_pipeline
-from optimus_lens.verify import compare, run_graph
 
 
 @dataclass

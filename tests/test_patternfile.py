@@ -11,11 +11,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from optimus_lens.capture import capture
-from optimus_lens.engine import Pass, Pipeline
-from optimus_lens.pattern import why_not
-from optimus_lens.patternfile import PatternFileError, load_pattern_file, preview
-from optimus_lens.run import optimize
+from optimus_lens.core.engine import Pass, Pipeline
+from optimus_lens.core.pattern import why_not
+from optimus_lens.frontend.capture import capture
+from optimus_lens.frontend.patternfile import PatternFileError, load_pattern_file, preview
+from optimus_lens.frontend.run import optimize
 
 
 class Swish(nn.Module):
@@ -46,7 +46,7 @@ SWISH_RULE = """
 import operator
 import torch
 import torch.nn.functional as F
-from optimus_lens.lang import Op, Rule, Var
+from optimus_lens.core.lang import Op, Rule, Var
 
 PATTERNS = [Rule("swish_to_silu", Op(operator.mul, Var("x"), Op(torch.sigmoid, Var("x"))),
                  lambda rw, x: rw.call(F.silu, x), description="x * sigmoid(x) is SiLU")]
@@ -54,7 +54,7 @@ PATTERNS = [Rule("swish_to_silu", Op(operator.mul, Var("x"), Op(torch.sigmoid, V
 
 RELU_BATCH = """
 import torch
-from optimus_lens.pattern import BatchPattern
+from optimus_lens.core.pattern import BatchPattern
 
 class BatchSigmoidPreview(BatchPattern):
     name = "my_batch_sigmoid"

@@ -1,12 +1,12 @@
-"""Pre-packed weights (optimus_lens.prepack): constants made once in inference, per-call stacks in training."""
+"""Pre-packed weights (optimus_lens.perf.prepack): constants made once in inference, per-call stacks in training."""
 
 import pytest
 import torch
 
-from optimus_lens.engine import copy_graph_module
-from optimus_lens.memory import peak_bytes
-from optimus_lens.prepack import StaleWeightsError, is_inference, prepack, refresh
-from optimus_lens.run import load_model, optimize
+from optimus_lens.core.engine import copy_graph_module
+from optimus_lens.frontend.run import load_model, optimize
+from optimus_lens.perf.memory import peak_bytes
+from optimus_lens.perf.prepack import StaleWeightsError, is_inference, prepack, refresh
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_prepack_folds_stacked_parameters_into_constants_with_equal_outputs(towe
 
 def test_prepack_records_one_step_per_constant_with_bytes_packed(towers):
     base, gm, ins, r = _fresh(towers)
-    from optimus_lens.trace import Trace
+    from optimus_lens.core.trace import Trace
 
     trace = Trace.loads(r.trace.dumps())
     n = len(trace.steps)

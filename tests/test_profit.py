@@ -6,11 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from optimus_lens.capture import capture
-from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.core.pattern import SearchOptions
+from optimus_lens.frontend.capture import capture
 from optimus_lens.passes import REGISTRY
-from optimus_lens.pattern import SearchOptions
-from optimus_lens.profit import BYTES_PER_US, KERNEL_US, cancelled_stack, pass_estimates, step_estimate
+from optimus_lens.passes.profit import BYTES_PER_US, KERNEL_US, cancelled_stack, pass_estimates, step_estimate
 
 
 class FiveRelus(nn.Module):

@@ -15,22 +15,22 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 from optimus_lens import sample_models
-from optimus_lens.capture import capture
 from optimus_lens.cli import main
-from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions
-from optimus_lens.pattern import REGISTRY
-from optimus_lens.rebuild import graph_module, random_inputs
-from optimus_lens.repro import run_repro, step_spec
-from optimus_lens.run import optimize
+from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.core.pattern import REGISTRY
+from optimus_lens.core.trace import Trace
+from optimus_lens.core.verify import compare, run_graph
+from optimus_lens.debug.rebuild import graph_module, random_inputs
+from optimus_lens.debug.repro import run_repro, step_spec
+from optimus_lens.frontend.capture import capture
+from optimus_lens.frontend.run import optimize
 from optimus_lens.sample_models.random_models import build, dtype_supported, random_spec
-from optimus_lens.trace import Trace
-from optimus_lens.verify import compare, run_graph
 
 REPO = Path(__file__).resolve().parent.parent
 
 BROKEN = textwrap.dedent('''
     import torch
-    from optimus_lens.pattern import Match, Miss, RewritePattern, register
+    from optimus_lens.core.pattern import Match, Miss, RewritePattern, register
 
 
     @register
@@ -101,7 +101,7 @@ def test_repro_of_a_good_step_passes_in_a_fresh_interpreter(tmp_path, capsys):
     script = tmp_path / "repro.py"
     assert main(["repro", str(trace), "--step", str(index), "-o", str(script)]) == 0
     imports = {line for line in script.read_text().splitlines() if line.startswith(("import ", "from "))}
-    assert imports == {"import json", "import sys", "from optimus_lens.repro import run_repro"}  # no model code
+    assert imports == {"import json", "import sys", "from optimus_lens.debug.repro import run_repro"}  # no model code
     r = run_script(script)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "OK: the rewritten graph matches" in r.stdout
@@ -144,7 +144,7 @@ def test_repro_refuses_a_missing_step_and_a_garbage_trace(tmp_path, capsys):
 
 
 def test_rebuild_reads_dtypes_devices_slices_and_never_evaluates_strings():
-    from optimus_lens.trace import GraphSnapshot, NodeRecord
+    from optimus_lens.core.trace import GraphSnapshot, NodeRecord
 
     x = {"node": "x"}
     snap = GraphSnapshot(

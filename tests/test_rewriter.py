@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn as nn
 
-from optimus_lens.capture import capture
-from optimus_lens.engine import Engine, Pass, PatternError, Pipeline, RunOptions
+from optimus_lens.core.engine import Engine, Pass, PatternError, Pipeline, RunOptions
+from optimus_lens.core.pattern import Match, Miss, RewritePattern
+from optimus_lens.core.rewriter import InvalidGraph, Listener, Rewriter, find_cycle
+from optimus_lens.core.trace import Trace
+from optimus_lens.frontend.capture import capture
 from optimus_lens.passes.common import RELU, call, is_call
-from optimus_lens.pattern import Match, Miss, RewritePattern
-from optimus_lens.rewriter import InvalidGraph, Listener, Rewriter, find_cycle
-from optimus_lens.trace import Trace
 
 
 def fingerprint(graph) -> list[tuple]:
@@ -235,7 +235,7 @@ def test_no_shipped_pattern_mutates_the_graph_directly():
         r"inserting_after)\(|\.(args|kwargs|target|op|name)\s*=[^=]|\.meta\[[^\]]*\]\s*=[^=]|"
         r"\.meta\.(update|pop|setdefault)\("
     )
-    root = Path(__file__).resolve().parent.parent / "optimus_lens" / "passes"
+    root = Path(__file__).resolve().parent.parent / "optimus" / "passes"
     hits = [
         f"{p.name}:{i}: {line.strip()}"
         for p in sorted(root.rglob("*.py"))

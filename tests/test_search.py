@@ -28,13 +28,13 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx import Graph, GraphModule, Node
 
 from optimus_lens import sample_models
-from optimus_lens.capture import capture
-from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
+from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
+from optimus_lens.core.pattern import REGISTRY, BatchPattern, Miss, SearchOptions
+from optimus_lens.core.record import recording, snapshot_graph
+from optimus_lens.core.rewriter import Rewriter
+from optimus_lens.core.search import GraphIndex, independent_subsets
+from optimus_lens.frontend.capture import capture
 from optimus_lens.passes import default_pipeline
-from optimus_lens.pattern import REGISTRY, BatchPattern, Miss, SearchOptions
-from optimus_lens.record import recording, snapshot_graph
-from optimus_lens.rewriter import Rewriter
-from optimus_lens.search import GraphIndex, independent_subsets
 
 # --------------------------------------------------------------------------- reference
 
@@ -454,8 +454,8 @@ def towers(n_towers: int, layers: int) -> GraphModule:
 
 def search_work(gm: GraphModule, monkeypatch) -> dict[str, int]:
     """Root searches, nodes examined by them, and keys computed in one engine run."""
-    import optimus_lens.engine as engine_mod
-    import optimus_lens.search as search_mod
+    import optimus_lens.core.engine as engine_mod
+    import optimus_lens.core.search as search_mod
 
     work = {"searches": 0, "examined": 0, "keys": 0}
 
@@ -529,7 +529,7 @@ def test_index_stays_valid_under_random_inserts_and_rewires_with_tiny_gaps(seed,
     and users are rewired to them; with labels 2..64 apart, relabelling happens often."""
     from unittest import mock
 
-    import optimus_lens.search as search_mod
+    import optimus_lens.core.search as search_mod
 
     rng = random.Random(seed)
     with mock.patch.object(search_mod, "GAP", gap), mock.patch.object(search_mod, "SPREAD", 2):
@@ -605,7 +605,7 @@ def test_recsys_towers_has_steps_to_compare():
 
 
 def test_node_record_json_leaves_out_defaults_and_derivable_inputs_and_reads_back():
-    from optimus_lens.trace import NodeRecord
+    from optimus_lens.core.trace import NodeRecord
 
     rec = NodeRecord(
         "cat",
@@ -663,7 +663,7 @@ class _RaisingFuse(type(REGISTRY["batch_relu"])):
 def test_the_collector_is_paused_only_while_the_engine_works_and_restored_after_an_error():
     import gc
 
-    from optimus_lens.engine import PatternError
+    from optimus_lens.core.engine import PatternError
 
     assert gc.isenabled()
     eng = Engine(towers(8, 2), (), default_pipeline(search="upstream"), RunOptions(verify="off", record=False))
@@ -687,8 +687,8 @@ def test_the_collector_is_paused_only_while_the_engine_works_and_restored_after_
 def test_is_written_memo_answers_like_the_walk_and_is_dropped_when_the_block_ends():
     from torch.fx import symbolic_trace
 
+    from optimus_lens.core.pattern import graph_unchanged, unchanged_memo
     from optimus_lens.passes.common import is_written
-    from optimus_lens.pattern import graph_unchanged, unchanged_memo
 
     class M(torch.nn.Module):
         def forward(self, x):

@@ -5,7 +5,7 @@ towers that meet far below their last linear, MMoE's experts and gates on one in
 and an exhaustive oracle: after each batch pass, no key class of its patterns still holds
 ``min_fuse_set_size`` mutually independent nodes. The oracle computes the largest
 anti-chain of a key class its own way (full ancestor walks, then Dilworth's theorem
-through networkx's bipartite matching), sharing no code with optimus_lens.search.
+through networkx's bipartite matching), sharing no code with optimus_lens.core.search.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from optimus_lens import sample_models
-from optimus_lens.capture import capture
-from optimus_lens.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
+from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
+from optimus_lens.core.pattern import REGISTRY, BatchPattern, Miss, SearchOptions
+from optimus_lens.core.record import module_path
+from optimus_lens.core.rewriter import Rewriter
+from optimus_lens.frontend.capture import capture
+from optimus_lens.frontend.run import optimize
 from optimus_lens.passes import default_pipeline
-from optimus_lens.pattern import REGISTRY, BatchPattern, Miss, SearchOptions
-from optimus_lens.profit import group_estimate
-from optimus_lens.record import module_path
-from optimus_lens.rewriter import Rewriter
-from optimus_lens.run import optimize
+from optimus_lens.passes.profit import group_estimate
 from tests.test_search import random_dag, small_pipeline
 
 # --------------------------------------------------------------------------- the oracle

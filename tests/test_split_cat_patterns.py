@@ -18,11 +18,11 @@ import torch
 from torch import nn
 
 from optimus_lens import sample_models
-from optimus_lens.capture import capture
-from optimus_lens.engine import Engine, Pipeline, RunOptions
+from optimus_lens.core.engine import Engine, Pipeline, RunOptions
+from optimus_lens.core.pattern import REGISTRY, SearchOptions, why_not
+from optimus_lens.core.record import snapshot_graph
+from optimus_lens.frontend.capture import capture
 from optimus_lens.passes import BATCH_PASSES, PATTERN_PASSES, default_pipeline, pattern_pass, upstream_pipeline
-from optimus_lens.pattern import REGISTRY, SearchOptions, why_not
-from optimus_lens.record import snapshot_graph
 
 ALL_PATTERN_PASSES = {name: {"threshold_to_cat": 2} for name in PATTERN_PASSES}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from optimus_lens import cli
-from optimus_lens.sweep import (
+from optimus_lens.sweep.runs import (
     DEFAULT_CONFIG,
     Results,
     SweepConfig,
@@ -81,7 +81,7 @@ def test_every_model_x_config_is_one_row_with_its_trace(local_sweep):
     assert all(r["status"] == "ok" and r["verify"] == "ok" for r in res.rows), [r["error"] for r in res.rows]
     lines = (out / "results.jsonl").read_text().splitlines()
     assert sorted(json.loads(x)["key"] for x in lines) == sorted(r["key"] for r in res.rows)
-    from optimus_lens.trace import Trace
+    from optimus_lens.core.trace import Trace
 
     for r in res.rows:
         t = Trace.load(out / r["trace"])
@@ -212,8 +212,8 @@ def test_a_failing_graph_names_its_first_failing_step(tmp_path):
 
 
 def test_specs_expand_and_bad_input_is_refused(tmp_path):
-    from optimus_lens.hf import hf_list
-    from optimus_lens.run import sample_list
+    from optimus_lens.frontend.hf import hf_list
+    from optimus_lens.frontend.run import sample_list
 
     mf = tmp_path / "models.txt"
     mf.write_text("# models\nsample:recsys_towers  # twice, kept once\n\nhf:*\n")
@@ -256,7 +256,7 @@ def test_cli_exit_status_bad_input_2_a_failed_run_1(factories, tmp_path, capsys)
 def test_a_wheel_reaches_ray_workers_as_its_package_folders(tmp_path):
     import zipfile
 
-    from optimus_lens.sweep import ray_runtime_env
+    from optimus_lens.sweep.runs import ray_runtime_env
 
     whl = tmp_path / "optimus_lens-0.1.0-py3-none-any.whl"
     with zipfile.ZipFile(whl, "w") as z:

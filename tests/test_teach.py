@@ -1,16 +1,17 @@
-"""Walkthroughs of the predefined patterns (optimus_lens.teach): built from each pattern's
+"""Walkthroughs of the predefined patterns (optimus_lens.teach.walk): built from each pattern's
 registration and teaching model, search frames that agree with the engine, exercises
 on which the pattern really does not fire."""
 
 import pytest
 
-from optimus_lens.capture import capture
-from optimus_lens.engine import Engine, RunOptions, copy_graph_module
-from optimus_lens.pattern import get
-from optimus_lens.pipeline import Pass, Pipeline
-from optimus_lens.run import model_and_inputs
-from optimus_lens.search import fusion_candidates
-from optimus_lens.teach import (
+from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
+from optimus_lens.core.pattern import get
+from optimus_lens.core.pipeline import Pass, Pipeline
+from optimus_lens.core.search import fusion_candidates
+from optimus_lens.debug.why import DryRun
+from optimus_lens.frontend.capture import capture
+from optimus_lens.frontend.run import model_and_inputs
+from optimus_lens.teach.walk import (
     TeachError,
     bfs_rings,
     greedy_rounds,
@@ -20,7 +21,6 @@ from optimus_lens.teach import (
     teaching_model,
     walkthrough,
 )
-from optimus_lens.why import DryRun
 
 BATCH = [n for n in predefined() if get(n).kind == "batch"]
 
@@ -96,7 +96,7 @@ def test_a_member_that_depends_on_another_is_left_out_with_the_reason(walks, mod
 
 
 def test_dependent_variant_groups_agree_with_the_engine():
-    from optimus_lens.teach import _depend_last
+    from optimus_lens.teach.walk import _depend_last
 
     for name in ["batch_relu", "batch_layernorm"]:
         cap = _captured(name)
@@ -122,8 +122,8 @@ def test_upstream_rings_are_fusion_candidates_with_visits_recorded():
 
 
 def test_greedy_rounds_replays_independent_subsets():
-    from optimus_lens.search import GraphIndex, independent_subsets
-    from optimus_lens.teach import _depend_last
+    from optimus_lens.core.search import GraphIndex, independent_subsets
+    from optimus_lens.teach.walk import _depend_last
 
     cap = _captured("batch_relu")
     w = walkthrough("batch_relu", timing=False)
@@ -215,11 +215,11 @@ def test_lesson_file_is_offline_and_navigable(walks, tmp_path):
 
 
 def test_lesson_cli_writes_one_file_per_pattern_and_refuses_an_unknown_one(tmp_path, monkeypatch, capsys):
-    import optimus_lens.teach
+    import optimus_lens.teach.walk
     from optimus_lens.cli import main as cli
     from optimus_lens.viz.lesson import main
 
-    monkeypatch.setattr(optimus_lens.teach, "predefined", lambda: ["batch_tanh", "normalize_cat"])
+    monkeypatch.setattr(optimus_lens.teach.walk, "predefined", lambda: ["batch_tanh", "normalize_cat"])
     assert main(["--all", "-o", str(tmp_path / "lessons"), "--repeats", "1"]) == 0
     assert sorted(p.name for p in (tmp_path / "lessons").iterdir()) == ["batch_tanh.html", "normalize_cat.html"]
     monkeypatch.undo()

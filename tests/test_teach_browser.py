@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from optimus_lens.teach import walkthrough
+from optimus_lens.teach.walk import walkthrough
 from optimus_lens.viz.lesson import write_lesson
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

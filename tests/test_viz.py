@@ -1,4 +1,4 @@
-"""optimus_lens/viz/: step graphs as DOT (sites highlighted, created/erased marked, legend, k-hop cut of
+"""viz/: step graphs as DOT (sites highlighted, created/erased marked, legend, k-hop cut of
 big graphs), SVG rendering with a time limit, plotly figures, the HTML report and viewer."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from optimus_lens import viz
-from optimus_lens.bench import BenchResult, StageTiming
-from optimus_lens.trace import Delta, GraphSnapshot, NodeRecord, Step, Trace, VerifyResult
+from optimus_lens.core.trace import Delta, GraphSnapshot, NodeRecord, Step, Trace, VerifyResult
+from optimus_lens.perf.bench import BenchResult, StageTiming
 from optimus_lens.viz.graph import CREATED_BORDER, CREATED_FILL, ERASED_BORDER, GROUP_COLOURS, graph_view, neighbourhood
 
 # --------------------------------------------------------------------------- a hand-built trace
@@ -310,10 +310,10 @@ def test_step_facts_name_pattern_provenance_verify_and_times():
     facts = dict(
         viz.step_facts(
             t.step(1),
-            {"description": "fuse linears", "preconditions": ["2-D"], "source": "optimus_lens/passes/batch.py:10"},
+            {"description": "fuse linears", "preconditions": ["2-D"], "source": "optimus/passes/batch.py:10"},
         )
     )
-    assert facts["defined at"] == "optimus_lens/passes/batch.py:10" and facts["what it does"] == "fuse linears"
+    assert facts["defined at"] == "optimus/passes/batch.py:10" and facts["what it does"] == "fuse linears"
     assert "linear_0 → getitem_0" in facts["replaced"]
     assert facts["time"] == "match 0.10 ms, rewrite 2.00 ms"
     assert viz.verify_text(t.step(2).verify).startswith("FAILED")
@@ -331,7 +331,7 @@ def test_html_report_stores_each_steps_before_after_and_diff_once_and_navigates_
 
 
 def test_views_of_a_recorded_run_highlight_every_step_site():
-    from optimus_lens.run import optimize
+    from optimus_lens.frontend.run import optimize
 
     trace = optimize("teach_split_cat", verify="off").trace
     assert trace.steps

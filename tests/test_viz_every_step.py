@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from optimus_lens import sample_models
-from optimus_lens.run import optimize
+from optimus_lens.core.trace import NodeRecord
+from optimus_lens.frontend.run import optimize
 from optimus_lens.sample_models.random_models import build as build_random
 from optimus_lens.sample_models.random_models import random_spec
-from optimus_lens.trace import NodeRecord
 from optimus_lens.viz.graph import (
     node_label,
     render_svg,
@@ -158,8 +158,8 @@ def test_the_report_of_recsys_towers_is_one_offline_file_under_2_mb_with_each_dr
 
 
 def test_a_rolled_back_step_shows_its_error_and_source_in_the_step_facts_and_the_report():
-    from optimus_lens.engine import Pass, Pipeline
-    from optimus_lens.pattern import Match, Miss, RewritePattern
+    from optimus_lens.core.engine import Pass, Pipeline
+    from optimus_lens.core.pattern import Match, Miss, RewritePattern
     from optimus_lens.viz.text import step_facts
 
     class RaisesAfterCreating(RewritePattern):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from test_viz import node_line, rec, towers_snapshot
 
 from optimus_lens import viz
-from optimus_lens.trace import Delta, GraphSnapshot, Step, Trace
+from optimus_lens.core.trace import Delta, GraphSnapshot, Step, Trace
 from optimus_lens.viz.graph import MODULES_ABOVE, graph_view
 
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from optimus_lens import sample_models
-from optimus_lens.capture import capture
 from optimus_lens.cli import main
-from optimus_lens.engine import Engine, RunOptions, copy_graph_module
+from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
+from optimus_lens.debug.why import DryRun, WhyError
+from optimus_lens.frontend.capture import capture
 from optimus_lens.passes import default_pipeline
-from optimus_lens.why import DryRun, WhyError
 from tests.test_search_global import LinearBehindLinear
 
 
@@ -82,8 +82,8 @@ def test_why_under_upstreams_search_gives_its_bounded_walk_as_the_reason():
 
 
 def test_why_a_member_of_a_chain_names_the_members_it_depends_on_or_feeds():
-    from optimus_lens.engine import Pass, Pipeline
-    from optimus_lens.pattern import REGISTRY, SearchOptions
+    from optimus_lens.core.engine import Pass, Pipeline
+    from optimus_lens.core.pattern import REGISTRY, SearchOptions
     from tests.test_search import towers
 
     gm = towers(1, 4)  # one tower: linear -> relu -> linear -> ...
@@ -135,7 +135,7 @@ def test_a_dry_run_names_the_nodes_it_creates_as_the_recorded_run_did():
     """The trace of ``optimus run`` (on the capture itself) and the dry run of ``optimus
     why`` (on a copy) give every created node the same name, so ``why --step`` can be asked
     about a name read in the trace."""
-    from optimus_lens.run import optimize
+    from optimus_lens.frontend.run import optimize
 
     trace = optimize("sample:recsys_towers", verify="off").trace
     dry = DryRun(_captured("recsys_towers").gm, default_pipeline())
@@ -147,8 +147,8 @@ def test_a_dry_run_names_the_nodes_it_creates_as_the_recorded_run_did():
 def test_trace_dry_run_reads_our_trace_at_its_steps_and_an_upstream_trace_from_its_rebuilt_graph(tmp_path, monkeypatch):
     from test_observe import HELD_IN
 
-    from optimus_lens.run import observe, optimize
-    from optimus_lens.why import trace_dry_run
+    from optimus_lens.debug.why import trace_dry_run
+    from optimus_lens.frontend.run import observe, optimize
 
     trace = optimize("sample:recsys_towers", verify="off").trace
     k = next(s.index for s in trace.steps if s.pattern == "remove_unbind_stack")
@@ -171,8 +171,8 @@ def test_trace_dry_run_reads_our_trace_at_its_steps_and_an_upstream_trace_from_i
 
 
 def test_a_near_miss_carries_its_partial_match():
-    from optimus_lens.engine import Pass, Pipeline
-    from optimus_lens.pattern import REGISTRY, SearchOptions
+    from optimus_lens.core.engine import Pass, Pipeline
+    from optimus_lens.core.pattern import REGISTRY, SearchOptions
     from tests.test_search import towers
 
     gm = towers(1, 4)

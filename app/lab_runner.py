@@ -1,0 +1,202 @@
+"""The Pattern Lab's runner: user pattern code runs in a child ``optimus`` process with a
+time limit, never in the app's own process, so a pattern that raises, loops or corrupts
+the graph costs the user one message, not the app.
+
+Streamlit-free so tests drive it directly. Each call writes the source to a temporary
+pattern file, runs ``python -m optimus_lens match`` (preview) or ``run --pattern-file``
+(apply) on the model spec, and returns a :class:`LabResult`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optimus_lens.core.trace import Trace, TraceFormatError
+from optimus_lens.frontend.patternfile import Preview
+
+#: default time limit of one lab action (s): capture, load, match or run together
+TIME_LIMIT_S = 60.0
+
+
+@dataclass
+class LabResult:
+    """What a lab action gave: ``ok``; ``error`` (title, message) when not; the
+    ``preview`` of a match, the ``trace`` (the matched graph with no steps for a preview,
+    the recorded run for an apply); ``log`` is the child's printed output; ``seconds``
+    its wall time (s)."""
+
+    ok: bool
+    error: tuple[str, str] | None = None
+    preview: Preview | None = None
+    trace: Trace | None = None
+    log: str = ""
+    seconds: float = 0.0
+    exit_code: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def syntax_errors(source: str, filename: str = "pattern.py") -> list[dict]:
+    """Parse ``source`` without running it: ``[]``, or one ``{"row", "column", "text"}``
+    (0-based row and column, Ace-editor annotation form) for its syntax error."""
+    try:
+        compile(source, filename, "exec")
+    except SyntaxError as e:
+        return [
+            {
+                "row": max((e.lineno or 1) - 1, 0),
+                "column": max((e.offset or 1) - 1, 0),
+                "text": f"line {e.lineno}: {e.msg}",
+                "type": "error",
+            }
+        ]
+    return []
+
+
+def _file_name(name: str) -> str:
+    stem = re.sub(r"\W", "_", Path(name).stem) or "my_pattern"
+    return stem if not stem[0].isdigit() else f"p_{stem}"
+
+
+def _run(args: list[str], source: str, name: str, time_limit_s: float, outputs: tuple[str, ...]) -> tuple:
+    """Run ``python -m optimus_lens ARGS`` with the source as ``{tmp}/{name}.py``; the strings
+    ``{file}`` and ``{out_<x>}`` in ``args`` are replaced by the file and output paths.
+    Returns (exit code or None on timeout, combined output, output paths, seconds)."""
+    import time
+
+    tmp = Path(tempfile.mkdtemp(prefix="optimus_lab_"))
+    path = tmp / f"{_file_name(name)}.py"
+    path.write_text(source, encoding="utf-8")
+    outs = {o: str(tmp / f"{o}.json") for o in outputs}
+    argv = [a.replace("{file}", str(path)).format(**outs) if "{" in a else a for a in args]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "optimus_lens", *argv],
+            capture_output=True,
+            text=True,
+            timeout=time_limit_s,
+            env=env,
+            cwd=os.getcwd(),
+        )
+        code, log = p.returncode, (p.stdout + p.stderr)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        code, log = None, out
+    return code, log, outs, time.perf_counter() - t0, path
+
+
+def _failure(code: int | None, log: str, time_limit_s: float, what: str) -> tuple[str, str]:
+    if code is None:
+        return (
+            f"{what} stopped after {time_limit_s:g} s",
+            "The pattern ran past the lab's time limit (a loop that never ends?). It ran in a separate "
+            "process, which was stopped; nothing in the app changed.",
+        )
+    lines = [ln for ln in log.strip().splitlines() if ln.startswith("optimus:")]
+    message = "\n".join(ln.removeprefix("optimus: ") for ln in lines) or log.strip()[-2000:]
+    title = {2: "The pattern file or the model could not be loaded", 3: "The pattern raised"}.get(
+        code, f"{what} failed (exit status {code})"
+    )
+    return title, message
+
+
+def preview(spec: str, source: str, name: str = "my_pattern", time_limit_s: float = TIME_LIMIT_S) -> LabResult:
+    """Every match and near miss of the source's patterns on ``spec``'s captured graph (the
+    graph is not changed), and that graph as a step-less trace for drawing."""
+    code, log, outs, secs, _ = _run(
+        ["match", spec, "--pattern-file", "{file}", "--json", "{out_match}", "--trace", "{out_graph}", "--misses", "0"],
+        source,
+        name,
+        time_limit_s,
+        ("out_match", "out_graph"),
+    )
+    if code != 0:
+        return LabResult(False, _failure(code, log, time_limit_s, "Preview"), log=log, seconds=secs, exit_code=code)
+    try:
+        pv = Preview.from_json(json.loads(Path(outs["out_match"]).read_text()))
+        trace = Trace.load(outs["out_graph"])
+    except (OSError, ValueError, KeyError, TraceFormatError) as e:
+        return LabResult(False, ("Preview output unreadable", str(e)), log=log, seconds=secs, exit_code=code)
+    return LabResult(True, preview=pv, trace=trace, log=log, seconds=secs, exit_code=code)
+
+
+def apply(
+    spec: str,
+    source: str,
+    name: str = "my_pattern",
+    verify: str = "step",
+    alone: bool = True,
+    time_limit_s: float = TIME_LIMIT_S,
+) -> LabResult:
+    """Run the source's patterns as a pass (``alone``: only that pass; else after the
+    default pipeline) with ``verify``, and return the recorded trace. Exit status 1
+    (a step failed verification) still returns the trace, with ``ok`` False."""
+    stem = _file_name(name)
+    args = ["run", spec, "--pattern-file", "{file}", "--verify", verify, "--trace", "{out_trace}"]
+    if alone:
+        args += ["--passes", stem]
+    code, log, outs, secs, _ = _run(args, source, name, time_limit_s, ("out_trace",))
+    trace = None
+    if code in (0, 1) and Path(outs["out_trace"]).exists():
+        try:
+            trace = Trace.load(outs["out_trace"])
+        except TraceFormatError as e:
+            return LabResult(False, ("Run output unreadable", str(e)), log=log, seconds=secs, exit_code=code)
+    if code == 0:
+        return LabResult(True, trace=trace, log=log, seconds=secs, exit_code=code)
+    if code == 1 and trace is not None:
+        failed = ", ".join(str(s.index) for s in trace.failed_steps()) or "the final graph"
+        return LabResult(
+            False,
+            ("Verification failed", f"the rewritten graph differs from the original at step(s) {failed}"),
+            trace=trace,
+            log=log,
+            seconds=secs,
+            exit_code=code,
+        )
+    return LabResult(False, _failure(code, log, time_limit_s, "Apply"), log=log, seconds=secs, exit_code=code)
+
+
+def bench(
+    spec: str, source: str, name: str = "my_pattern", repeats: int = 30, time_limit_s: float = 3 * TIME_LIMIT_S
+) -> LabResult:
+    """Time the captured graph against the graph after the source's pass (``optimus bench
+    --pattern-file ... --passes NAME``, one thread), in the child process; the stages'
+    JSON is in ``extra["bench"]`` (see :meth:`optimus_lens.perf.bench.BenchResult.to_json`)."""
+    stem = _file_name(name)
+    code, log, outs, secs, _ = _run(
+        [
+            "bench",
+            spec,
+            "--pattern-file",
+            "{file}",
+            "--passes",
+            stem,
+            "--threads",
+            "1",
+            "--repeats",
+            str(repeats),
+            "--no-reference",
+            "--json",
+            "{out_bench}",
+        ],
+        source,
+        name,
+        time_limit_s,
+        ("out_bench",),
+    )
+    if code != 0:
+        return LabResult(False, _failure(code, log, time_limit_s, "Timing"), log=log, seconds=secs, exit_code=code)
+    try:
+        data = json.loads(Path(outs["out_bench"]).read_text())
+    except (OSError, ValueError) as e:
+        return LabResult(False, ("Timing output unreadable", str(e)), log=log, seconds=secs, exit_code=code)
+    return LabResult(True, log=log, seconds=secs, exit_code=code, extra={"bench": data})

@@ -1,0 +1,120 @@
+"""Pass toggles that behave: a pass panel that stays open, a stale marker while the
+selection differs from the trace on screen, and, after a run, the nearest step of the
+pass that was on screen. Which passes run: ours (the Optimus Lens pipeline) or PyTorch
+Inductor's own pre-grad passes (:func:`optimus_lens.frontend.run.observe`).
+
+The decisions are plain functions of the trace and the selection (tested directly);
+``pass_panel`` and ``stale_marker`` draw them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+
+import streamlit as st
+
+from optimus_lens.core.trace import Trace
+
+OURS, INDUCTOR = "Optimus Lens passes", "PyTorch Inductor passes"
+STALE = "passes changed: Run to update"
+
+
+def trace_passes(trace: Trace) -> list[str]:
+    """The passes the trace was run with: our enabled passes, or the
+    ``pre_grad_fusion_options`` names of an observed upstream run."""
+    return [p["name"] for p in trace.passes if p.get("enabled", True)]
+
+
+def is_stale(trace: Trace | None, source: str, selected: list[str]) -> bool:
+    """True when ``trace`` was made with another pass source or other passes than the
+    current selection (a trace that records no passes is never stale)."""
+    if trace is None or not trace.passes:
+        return False
+    upstream = bool(trace.capture.get("upstream"))
+    if upstream != (source == INDUCTOR):
+        return True
+    return set(trace_passes(trace)) != set(selected)
+
+
+def nearest_step(trace: Trace, pass_name: str | None, index: int) -> int:
+    """The step of ``trace`` to show after a re-run that was on step ``index`` of pass
+    ``pass_name``: the step of the same pass closest to ``index`` (earlier one on a tie),
+    else the step closest to ``index``; 0 when the trace has no step."""
+    if not trace.steps:
+        return 0
+    same = [s.index for s in trace.steps if s.pass_name == pass_name]
+    pool = same or [s.index for s in trace.steps]
+    return min(pool, key=lambda i: (abs(i - index), i))
+
+
+def place(state: MutableMapping) -> tuple[str | None, int]:
+    """(pass, step index) on screen now, for :func:`keep_place` after the next run."""
+    trace, cur = state.get("trace"), state.get("cur_step", 0)
+    if trace is None or not 1 <= cur <= len(trace.steps):
+        return None, 0
+    return trace.step(cur).pass_name, cur
+
+
+def keep_place(state: MutableMapping, before: tuple[str | None, int]) -> None:
+    """After a run replaced ``state["trace"]``, move ``cur_step`` to the nearest step of
+    the pass that was on screen (``before`` from :func:`place`); a pass filter on a pass
+    that no longer made a step is dropped."""
+    pass_name, index = before
+    trace = state["trace"]
+    if pass_name is not None:
+        state["cur_step"] = nearest_step(trace, pass_name, index)
+    pf = state.get("pass_filter")
+    if pf not in (None, "all passes") and not trace.steps_of_pass(pf):
+        state["pass_filter"] = "all passes"
+
+
+def selection(state: MutableMapping, pipeline) -> tuple[str, list[str]]:
+    """(pass source, selected pass names) as the pass panel's widgets left them."""
+    from optimus_lens.inductor.observe import default_options
+
+    source = state.get("pass_source", OURS)
+    if source == INDUCTOR:
+        return source, list(state.get("upstream_passes", default_options()))
+    return source, [p.name for p in pipeline.passes if state.get(f"pass:{p.name}", True)]
+
+
+def pass_panel(pipeline) -> tuple[str, list[str]]:
+    """The sidebar's pass panel: pass source, then one checkbox per pass of ours or a
+    multiselect of upstream's pass names. Its label never changes, so toggling a pass
+    keeps it open. Returns (source, selected pass names)."""
+    from optimus_lens.inductor.observe import default_options, known_pre_grad_passes
+
+    with st.expander("Passes", key="passes_panel"):
+        source = st.radio(
+            "Which passes",
+            (OURS, INDUCTOR),
+            key="pass_source",
+            help="Ours: the Optimus Lens pipeline. Inductor: PyTorch's own pre_grad_passes with "
+            "these pre_grad_fusion_options, one recorded and verified step per upstream rewrite.",
+        )
+        if source == INDUCTOR:
+            st.multiselect(
+                "pre_grad_fusion_options",
+                known_pre_grad_passes(),
+                default=list(default_options()),
+                key="upstream_passes",
+            )
+        else:
+            for p in pipeline.passes:
+                st.checkbox(p.name, value=True, key=f"pass:{p.name}", help=p.description)
+        source, selected = selection(st.session_state, pipeline)
+        total = len(known_pre_grad_passes()) if source == INDUCTOR else len(pipeline.passes)
+        st.caption(f"{len(selected)} of {total} on")
+    return source, selected
+
+
+def stale_marker(state: MutableMapping, pipeline) -> None:
+    """A warning above the trace while the pass selection differs from the trace's; not
+    for a trace from a file whose model cannot be run again here (``spec`` None)."""
+    trace = state.get("trace")
+    if state.get("spec") is not None and is_stale(trace, *selection(state, pipeline)):
+        st.warning(
+            f"**{STALE}** — the view shows the last run ({', '.join(trace_passes(trace)[:6])}"
+            f"{' ...' if len(trace_passes(trace)) > 6 else ''}).",
+            icon=":material/sync_problem:",
+        )

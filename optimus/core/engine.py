@@ -1,0 +1,584 @@
+"""Run a pipeline of passes over a GraphModule; every applied match is one recorded Step.
+
+A **Pass** is an ordered list of patterns run greedily to a fixed point (at most
+``max_iterations`` sweeps). A BatchPattern pass sweeps roots in reverse order and fuses
+the independent groups :mod:`optimus_lens.core.search` finds; a RewritePattern pass tries its
+patterns at every anchor node, last node first (as Inductor's ``PatternMatcherPass``).
+A **Pipeline** is an ordered list of passes, each of which can be switched off.
+
+The graph stays topologically valid after every step (:class:`GraphIndex.repair`);
+with ``verify="step"`` it is linted and run after every step.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import cast
+
+from torch.fx import Graph, GraphModule, Node
+
+from optimus_lens.core import strides as _layout
+from optimus_lens.core import verify as _verify
+from optimus_lens.core.pattern import BatchPattern, Miss, Pattern, RewritePattern, SearchOptions, graph_unchanged
+from optimus_lens.core.pipeline import Pass, Pipeline  # noqa: F401  (re-exported: optimus_lens.core.engine.Pass)
+from optimus_lens.core.record import Recording, RecordingListener, snapshot_graph
+from optimus_lens.core.rewriter import DirectMutation, InvalidGraph, Listener, Rewriter, SymbolicSize
+from optimus_lens.core.search import (
+    CandidateSearch,
+    GraphIndex,
+    KeyCache,
+    downstream,
+    global_groups,
+    independent_subsets,
+    is_search_root,
+)
+from optimus_lens.core.trace import Delta, Step, Trace, VerifyResult
+from optimus_lens.core.where import source_of
+from optimus_lens.passes.profit import group_estimate
+
+VERIFY_MODES = ("step", "end", "off")
+ON_ERROR = ("skip", "stop")
+
+
+class PatternError(RuntimeError):
+    """A pattern raised while matching or keying, or (with ``on_error="stop"``) a step
+    failed and was rolled back. Carries the pass, pattern and site; the graph is as it
+    was before the failing step."""
+
+    def __init__(self, pass_name: str, pattern: str, site: list[str], cause: BaseException):
+        self.pass_name, self.pattern, self.site, self.cause = pass_name, pattern, site, cause
+        super().__init__(
+            f"pattern {pattern!r} in pass {pass_name!r} raised at "
+            f"{', '.join(site[:6]) or 'no site'}: {type(cause).__name__}: {cause}"
+        )
+
+
+@dataclass
+class RunOptions:
+    """``verify``: "step" (lint + run after every step), "end" (once after the pipeline),
+    or "off". ``record``: build step deltas (off for timing the search alone).
+    ``grads``: compare gradients too. ``keep_stages``: keep a copy of the graph after
+    each enabled pass (for per-pass timing). ``on_error``: what to do when a pattern's
+    rewrite raises or leaves the graph invalid (the step is rolled back and recorded as
+    failed either way): "skip" goes on with that pattern disabled at that site, "stop"
+    raises :class:`PatternError`."""
+
+    verify: str = "end"
+    record: bool = True
+    grads: bool = False
+    keep_stages: bool = False
+    on_error: str = "skip"
+
+    def __post_init__(self):
+        if self.verify not in VERIFY_MODES:
+            raise ValueError(f"verify must be one of {VERIFY_MODES}, not {self.verify!r}")
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, not {self.on_error!r}")
+
+
+def copy_graph_module(gm: GraphModule) -> GraphModule:
+    """A new GraphModule over a copy of ``gm``'s graph (node meta copied shallowly, so
+    FakeTensors are shared, not cloned). O(nodes). The copy's name space is the
+    original's (every name ever used, the last number per base name), so a node created
+    in the copy gets the name it would get in the original: a dry run names nodes as the
+    run it repeats (``optimus why --step`` asks about the trace's ``getitem_16``)."""
+    g = Graph()
+    g._codegen = gm.graph._codegen
+    rv, out = g.graph_copy(gm.graph, {}, return_output_node=True)  # type: ignore[misc]
+    g.output(rv, type_expr=getattr(out, "type", None))
+    ns, src = g._graph_namespace, gm.graph._graph_namespace
+    ns._used_names |= src._used_names
+    ns._base_count = dict(src._base_count)
+    return GraphModule(gm, g)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the block (restored as it was, also on
+    an error). Building or rewriting a graph allocates O(nodes) long-lived objects, and each
+    full collection they trigger rescans all of them, so collections grow with the graph:
+    without the pause they took 2.8 s of a 24 s recorded run at 85k nodes."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class IndexListener(RecordingListener):
+    """The engine's indexes as a Rewriter listener: it collects one step's changes as they
+    are made and, when the step commits, updates the ``GraphIndex`` numberings, the
+    target index, the passes' key caches and the dirty roots (:meth:`Engine._note_change`).
+    A rolled-back step leaves the indexes untouched (the buffer is dropped), so they never
+    see a change that did not happen."""
+
+    def __init__(self, engine: Engine):
+        super().__init__(Recording())
+        self.engine = engine
+
+    def commit(self) -> list[Node]:
+        """Apply the step's changes to the indexes; returns the created nodes still alive."""
+        rec = self.rec
+        created = rec.created_alive()
+        self.engine.index.update(created, rec.erased, rec.rewired)
+        self.engine._note_change(rec, created)
+        return created
+
+
+class Engine:
+    """Runs ``pipeline`` over ``gm`` (mutated in place) and records a :class:`Trace`.
+
+    ``example_inputs`` are real tensors in the GraphModule's placeholder order; the
+    original graph's outputs on them are the reference for verification.
+
+    Use :meth:`run` for the finished Trace, or iterate :meth:`steps` to see each Step
+    as it is applied (the app does this for its progress bar).
+    """
+
+    def __init__(
+        self,
+        gm: GraphModule,
+        example_inputs: tuple,
+        pipeline: Pipeline,
+        options: RunOptions | None = None,
+        model_name: str = "",
+        capture_info: dict | None = None,
+    ):
+        self.gm = gm
+        self.inputs = tuple(example_inputs)
+        self.pipeline = pipeline
+        self.opts = options or RunOptions()
+        _layout.eager_strides(gm.graph)  # example values with eager mode's strides (eval dropout aliases)
+        with gc_paused():  # both are O(nodes) new objects
+            self.trace = Trace(
+                model=model_name,
+                initial_graph=snapshot_graph(gm.graph if self.opts.record else Graph()),
+                passes=[p.to_json(p.name not in pipeline.disabled) for p in pipeline.passes],
+                capture=capture_info or {},
+            )
+            self.index = GraphIndex(gm.graph)
+        self.stages: list[tuple[str, GraphModule]] = []
+        self._ref = None
+        if self.opts.verify != "off":
+            self._ref = _verify.reference(gm, self.inputs, self.opts.grads)
+        if self.opts.keep_stages:
+            self.stages.append(("baseline", copy_graph_module(gm)))
+        self._batch: dict[BatchPattern, tuple[KeyCache, set[Node], CandidateSearch, SearchOptions]] = {}
+        self._by_target: dict | None = None
+        self._refused: dict[str, set[Node]] = {}  # pattern name -> nodes where its step was rolled back
+        self.pass_seconds: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ public
+    def run(self) -> Trace:
+        """Apply every enabled pass; returns the Trace. Raises PatternError if a pattern raises.
+
+        The cyclic garbage collector stays paused for the whole run (see :meth:`steps`);
+        the run's cyclic garbage (about ten objects per graph node, mostly dropped
+        FakeTensors and FX nodes) is freed by the first collection after it."""
+        with gc_paused():
+            for _ in self.steps():
+                pass
+        return self.trace
+
+    def steps(self) -> Iterator[Step]:
+        """Apply the pipeline, yielding each Step right after it is applied.
+
+        Python's cyclic garbage collector is paused while the engine works towards the
+        next Step (not while the caller handles one): a full collection rescans every
+        live object, and there are more of them, and more collections, the larger the
+        graph, which made the run superlinear (full collections took 2.8 s of a 24 s
+        recorded run at 85k nodes, 0.45 s of 5.5 s at 21k)."""
+        work = self._steps()
+        while True:
+            with gc_paused():
+                step = next(work, None)
+            if step is None:
+                return
+            yield step
+
+    def _steps(self) -> Iterator[Step]:
+        for p in self.pipeline.enabled():
+            t0 = time.perf_counter()
+            yield from self._run_pass(p)
+            self.pass_seconds[p.name] = time.perf_counter() - t0
+            if self.opts.keep_stages:
+                self.stages.append((p.name, copy_graph_module(self.gm)))
+        self.gm.recompile()
+        if self.opts.verify == "end" or (self.opts.verify == "step" and not self.trace.steps):
+            self.trace.final_verify = self._check()
+        elif self.opts.verify == "step":
+            self.trace.final_verify = self.trace.steps[-1].verify
+
+    # ------------------------------------------------------------------ passes
+    def _run_pass(self, p: Pass) -> Iterator[Step]:
+        """Sweep every pattern of ``p`` until a sweep changes nothing (at most
+        ``p.max_iterations`` sweeps each).
+
+        Finds the same groups, in the same order, as re-sweeping the whole graph each
+        time (tests/test_search.py checks this against a plain transcription of
+        upstream), but a BatchPattern sweep only searches from *dirty* roots: at the
+        start of the pass, the roots that can see a node whose group key is shared by at
+        least ``min_fuse_set_size`` nodes of the graph (no other root can find a group,
+        and a pass with no such key sweeps nothing); a root whose search found no bucket
+        that large is clean until a step changes a node within its search range
+        (:func:`optimus_lens.core.search.downstream`). Keys are cached for the pass and recomputed
+        for nodes a step created or rewired and for nodes whose users changed (a key may
+        read a node, its inputs and its users). A RewritePattern sweep visits only its
+        anchor nodes, from a target index kept up to date by each step, in the order of a
+        full reverse walk."""
+        self._begin_pass(p)
+        try:
+            for _ in range(p.max_iterations):
+                changed = False
+                for pattern in p.patterns:
+                    if isinstance(pattern, BatchPattern):
+                        gen = self._sweep_batch(p, pattern)
+                    else:
+                        gen = self._sweep_rewrite(p, cast(RewritePattern, pattern))
+                    for step in gen:
+                        changed = changed or step.error is None
+                        yield step
+                if not changed:
+                    return
+        finally:
+            self._batch = {}
+
+    def _begin_pass(self, p: Pass) -> None:
+        """Key every node that has a user (only those are ever searched; with
+        ``pattern.anchors`` only those with an anchor target), and mark dirty the roots
+        that can see a node of a key class of at least ``min_fuse_set_size``."""
+        self._batch = {}
+        everyone: list[Node] | None = None
+        for pattern in p.patterns:
+            if not isinstance(pattern, BatchPattern):
+                continue
+            opts = p.options or pattern.options
+            cache = KeyCache(self._keyer(pattern))
+            if pattern.anchors:  # only these nodes can have a key; the others are keyed lazily (None)
+                nodes = [n for n in self._anchored(pattern.anchors) if n.users]
+            else:
+                if everyone is None:
+                    everyone = [n for n in self.gm.graph.nodes if n.users]
+                nodes = everyone
+            with graph_unchanged():
+                for n in nodes:
+                    self._key(pattern, cache, n, p)
+            dirty: set[Node] = set()
+            if opts.search == "upstream":  # the global search keeps no roots
+                big = {k for k, c in cache.counts.items() if c >= opts.min_fuse_set_size}
+                sources = [n for n, k in cache.items() if k is not None and k in big]
+                reach = downstream(sources, cache.__getitem__, opts.max_fuse_search_depth) if sources else ()
+                dirty = {n for n in reach if is_search_root(n)}
+            self._batch[pattern] = (cache, dirty, CandidateSearch(cache.__getitem__, opts.max_fuse_search_depth), opts)
+
+    def _keyer(self, pattern: BatchPattern) -> Callable[[Node], object]:
+        """``pattern.key``, except for nodes where a step of the pattern was rolled back."""
+        refused = self._refused.setdefault(pattern.name, set())
+        key = pattern.key
+
+        def keyed(n: Node):
+            return DISABLED if n in refused else key(n)
+
+        return keyed
+
+    def _key(self, pattern: BatchPattern, cache: KeyCache, n: Node, p: Pass):
+        try:
+            return cache[n]
+        except Exception as e:  # noqa: BLE001
+            raise PatternError(p.name, pattern.name, [n.name], e) from e
+
+    def _sweep_global(self, p: Pass, pattern: BatchPattern) -> Iterator[Step]:
+        """One sweep of the global search (:func:`optimus_lens.core.search.global_groups`): every
+        live node with users and a group key is a candidate; key classes of at least
+        ``min_fuse_set_size`` nodes, in graph order of their first member, are split into
+        independent groups, each fused as one step."""
+        cache, _, _, opts = self._batch[pattern]
+        nodes = self._anchored(pattern.anchors) if pattern.anchors else list(self.gm.graph.nodes)
+        classes: dict = {}
+        t_match = time.perf_counter()
+        with graph_unchanged():
+            for n in nodes:
+                if n.users and not n._erased:
+                    k = self._key(pattern, cache, n, p)
+                    if k is not None:
+                        classes.setdefault(k, []).append(n)
+        pos = self.index.pos
+        todo = sorted(
+            (m for m in classes.values() if len(m) >= opts.min_fuse_set_size),
+            key=lambda m: min(map(pos.__getitem__, m)),
+        )
+        skipped: set[Node] = set()  # members of groups the profit estimate refused
+        for members in todo:
+            k = cache[members[0]]
+
+            def still(n: Node, k=k) -> bool:
+                return not n._erased and n not in skipped and bool(n.users) and self._key(pattern, cache, n, p) == k
+
+            for subset in global_groups(members, self.index, opts, still):
+                if opts.profitable_only and not group_estimate(self.gm, pattern.fuse, subset).profitable:
+                    skipped.update(subset)
+                    continue
+                match_s = time.perf_counter() - t_match
+                yield self._apply(p, pattern, subset, lambda rw, s=subset: pattern.fuse(rw, s), match_s)  # type: ignore[misc]
+                t_match = time.perf_counter()
+
+    def _sweep_batch(self, p: Pass, pattern: BatchPattern) -> Iterator[Step]:
+        cache, dirty, search, opts = self._batch[pattern]
+        if opts.search != "upstream":
+            yield from self._sweep_global(p, pattern)
+            return
+        if not dirty:
+            return
+        node = self.gm.graph.output_node()
+        t_match = time.perf_counter()
+        while node.op != "root":
+            if node in dirty:
+                try:
+                    buckets = search(node)
+                except Exception as e:  # noqa: BLE001
+                    raise PatternError(p.name, pattern.name, [node.name], e) from e
+                grouped = False
+                for nodes in buckets.values():
+                    if len(nodes) < opts.min_fuse_set_size:
+                        continue
+                    grouped = True
+                    for subset in independent_subsets(nodes, self.index, opts):
+                        match_s = time.perf_counter() - t_match
+                        yield self._apply(
+                            p,
+                            pattern,
+                            subset,
+                            lambda rw, s=subset: pattern.fuse(rw, s),  # type: ignore[misc]
+                            match_s,
+                        )
+                        t_match = time.perf_counter()
+                if not grouped:
+                    dirty.discard(node)
+            node = node.prev
+
+    def _targets(self) -> dict:
+        """target -> live call_function / call_method nodes with that target, kept up to date by :meth:`_apply`."""
+        if self._by_target is None:
+            self._by_target = {}
+            for n in self.gm.graph.nodes:
+                if n.op in ("call_function", "call_method"):
+                    self._by_target.setdefault(n.target, {})[n] = None
+        return self._by_target
+
+    def _anchored(self, anchors: frozenset) -> list[Node]:
+        """Live nodes whose target (or method name) is one of ``anchors``, from :meth:`_targets`."""
+        by_target = self._targets()
+        return [n for t in anchors for n in by_target.get(t, ())]
+
+    def _sweep_rewrite(self, p: Pass, pattern: RewritePattern) -> Iterator[Step]:
+        if pattern.anchors:
+            nodes = self._anchored(pattern.anchors)
+            nodes.sort(key=self.index.pos.__getitem__, reverse=True)
+        else:
+            nodes = list(self.gm.graph.nodes)
+            nodes.reverse()
+        t_match = time.perf_counter()
+        refused = self._refused.get(pattern.name, ())
+        for node in nodes:
+            if node._erased or node in refused:
+                continue
+            try:
+                m = pattern.match(node)
+            except Exception as e:  # noqa: BLE001
+                raise PatternError(p.name, pattern.name, [node.name], e) from e
+            if m is None or isinstance(m, Miss):
+                continue
+            match_s = time.perf_counter() - t_match
+            step = self._apply(p, pattern, m.nodes, lambda rw, m=m: pattern.rewrite(rw, m), match_s)  # type: ignore[misc]
+            if step.error is not None:  # rolled back: not this pattern at this anchor again
+                self._refused.setdefault(pattern.name, set()).add(node)
+            yield step
+            t_match = time.perf_counter()
+
+    # ------------------------------------------------------------------ one step
+    def _apply(
+        self, p: Pass, pattern: Pattern, site: list[Node], do: Callable[[Rewriter], None], match_s: float
+    ) -> Step:
+        """Run one ``fuse``/``rewrite`` through a :class:`Rewriter` whose listeners record
+        the step and check layouts; validate the result; on any error roll the step back
+        (:meth:`_failed`). Then update the indexes and verify."""
+        site_names = [n.name for n in site]
+        t0 = time.perf_counter()
+        rec = Recording()
+        check = LayoutCheck()
+        indexes = IndexListener(self)
+        rw = Rewriter(self.gm.graph, [RecordingListener(rec), check, indexes], level=self.index.level)
+        try:
+            with rw.guarding(self.gm):
+                do(rw)
+            rw.validate()
+            check.verify()
+        except Exception as e:  # noqa: BLE001 - any failure of the pattern is rolled back and reported
+            rw.rollback()
+            return self._failed(p, pattern, site, e, match_s, time.perf_counter() - t0)
+        try:
+            created = indexes.commit()
+        except Exception as e:  # noqa: BLE001  (a key of the pass raised on a changed node)
+            raise PatternError(p.name, pattern.name, site_names, e) from e
+        rewrite_s = time.perf_counter() - t0
+        delta = rec.delta() if self.opts.record else None
+        created_ids = {id(n) for n in rec.created}
+        step = Step(
+            index=len(self.trace.steps) + 1,
+            pass_name=p.name,
+            pattern=pattern.name,
+            sites=site_names,
+            created=[n.name for n in created],
+            erased=[n.name for n in rec.erased if id(n) not in created_ids],
+            replaced=dict(rec.replaced),
+            delta=delta,
+            match_s=match_s,
+            rewrite_s=rewrite_s,
+            nodes_after=len(self.gm.graph.nodes),
+        )
+        if self.opts.verify == "step":
+            step.verify = self._check()
+        self.trace.steps.append(step)
+        return step
+
+    def _failed(
+        self, p: Pass, pattern: Pattern, site: list[Node], e: BaseException, match_s: float, rewrite_s: float
+    ) -> Step:
+        """Record a rolled-back step (``Step.error``); a BatchPattern is disabled for every
+        member of ``site`` (a RewritePattern's sweep disables it at the anchor); with
+        ``on_error="stop"`` raise :class:`PatternError` after recording it."""
+        kind = (
+            "layout"
+            if isinstance(e, _layout.LayoutError)
+            else "invalid"
+            if isinstance(e, InvalidGraph)
+            else "direct-mutation"
+            if isinstance(e, DirectMutation)
+            else "symbolic-size"
+            if isinstance(e, SymbolicSize)
+            else "raised"
+        )
+        site_names = [n.name for n in site]
+        step = Step(
+            index=len(self.trace.steps) + 1,
+            pass_name=p.name,
+            pattern=pattern.name,
+            sites=site_names,
+            created=[],
+            erased=[],
+            replaced={},
+            delta=Delta([], []) if self.opts.record else None,
+            match_s=match_s,
+            rewrite_s=rewrite_s,
+            nodes_after=len(self.gm.graph.nodes),
+            error={"kind": kind, "type": type(e).__name__, "message": str(e), "source": failure_source(pattern, e)},
+        )
+        self.trace.steps.append(step)
+        if isinstance(pattern, BatchPattern):
+            self._refused.setdefault(pattern.name, set()).update(site)
+            entry = self._batch.get(pattern)
+            if entry is not None:
+                entry[0].forget(site)
+                entry[2].forget(site)
+        if self.opts.on_error == "stop":
+            raise PatternError(p.name, pattern.name, site_names, e) from e
+        return step
+
+    def _note_change(self, rec: Recording, created: list[Node]) -> None:
+        """Keep the target index, the pass's key caches and dirty roots in step with one
+        step: O(nodes the step touched and their search neighbourhood)."""
+        if self._by_target is not None:
+            for n in rec.erased:
+                bucket = self._by_target.get(n.target)
+                if bucket is not None:
+                    bucket.pop(n, None)
+            for n in created:
+                if n.op in ("call_function", "call_method"):
+                    self._by_target.setdefault(n.target, {})[n] = None
+        if not self._batch:
+            return
+        rewired = [n for n in rec.rewired if not n._erased]
+        changed = dict.fromkeys(created)
+        changed.update(dict.fromkeys(rewired))
+        for n in (*created, *rewired):
+            changed.update(dict.fromkeys(n.all_input_nodes))
+        changed.update(dict.fromkeys(n for n in (*rec.erased_inputs, *rec.rewired_from) if not n._erased))
+        for cache, dirty, search, opts in self._batch.values():
+            cache.forget(changed)
+            cache.forget(rec.erased)
+            search.forget(changed)
+            search.forget(rec.erased)
+            dirty.difference_update(rec.erased)
+            if opts.search != "upstream":
+                continue
+            # created and rewired nodes are users of changed nodes, so they are in reach too
+            reach = downstream(changed, cache.__getitem__, opts.max_fuse_search_depth)
+            search.forget(reach)
+            dirty.update(n for n in reach if is_search_root(n))
+
+    def _check(self) -> VerifyResult:
+        if self._ref is None:
+            return VerifyResult(None, checked="off")
+        return _verify.check(self.gm, self.inputs, self._ref, self.opts.grads)
+
+
+DISABLED = Miss("a step of this pattern was rolled back here")
+
+
+class LayoutCheck(Listener):
+    """The engine-level layout check, a Rewriter listener: collects every replacement of
+    one step (all uses moved, one use moved, arguments changed in place) and, in
+    :meth:`verify`, fails the step with :class:`optimus_lens.core.strides.LayoutError` if the new
+    value's strides (from its FakeTensor ``example_value``) differ from the old one's and
+    a moved use sees the difference (:func:`optimus_lens.core.strides.broken_use`)."""
+
+    def __init__(self):
+        self.moves: list[tuple[Node, Node, list[Node]]] = []
+
+    def notify_replaced(self, old: Node, new: Node, users: list[Node]) -> None:
+        self.moves.append((old, new, users))
+
+    def notify_modified(self, node: Node, old_inputs: list[Node]) -> None:
+        now = node.all_input_nodes
+        gone = [i for i in old_inputs if i not in now]
+        came = [i for i in now if i not in old_inputs]
+        if len(gone) == 1 and len(came) == 1:
+            self.moves.append((gone[0], came[0], [node]))
+
+    def rolled_back(self) -> None:
+        self.moves = []
+
+    def verify(self) -> None:
+        for old, new, users in self.moves:
+            if new._erased:
+                continue
+            live = [u for u in users if not u._erased and new in u.all_input_nodes]
+            bad = _layout.broken_use(old, new, live)
+            if bad is not None:
+                raise _layout.LayoutError(_layout.mismatch_message(old, new, *bad))
+
+
+def failure_source(pattern: Pattern, e: BaseException) -> str:
+    """``path:line`` of the innermost frame of ``e``'s traceback in the pattern's own
+    source file (where its code raised), else the pattern's ``source``."""
+    import inspect
+    import traceback
+
+    try:
+        file = inspect.getsourcefile(type(pattern))
+    except TypeError:
+        file = None
+    where = ""
+    for fr in traceback.extract_tb(e.__traceback__):
+        if file and fr.filename == file:
+            where = f"{fr.filename}:{fr.lineno}"
+    if where:
+        rel = source_of(type(pattern)).split(":")[0]
+        return f"{rel}:{where.rsplit(':', 1)[1]}" if rel else where
+    return pattern.source or source_of(type(pattern))

@@ -1,0 +1,109 @@
+"""Tensor metadata of FX nodes: read it, and compute it for nodes a rewrite creates.
+
+Pre-grad (Dynamo) nodes carry ``meta["example_value"]`` (a FakeTensor, or a tuple of
+them for split/unbind); AOT nodes carry ``meta["val"]``. Everything here reads either.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch.fx import Node
+from torch.fx.node import map_arg
+
+META_KEYS = ("example_value", "val")
+
+
+def value(node: Any) -> Any:
+    """The node's example value (FakeTensor / tuple of them), or None if it has none."""
+    if not isinstance(node, Node):
+        return None
+    for k in META_KEYS:
+        v = node.meta.get(k)
+        if v is not None:
+            return v
+    return None
+
+
+def tensor(node: Any) -> torch.Tensor | None:
+    """The node's example value if it is a single tensor, else None."""
+    v = value(node)
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def shape(node: Any) -> tuple[int, ...] | None:
+    t = tensor(node)
+    return tuple(t.shape) if t is not None else None
+
+
+def strides(v: Any) -> Any:
+    """Strides (in elements) of an example value: ``list[int]`` for a tensor, a list of
+    them for a tuple of tensors (split / unbind), None otherwise; symbolic strides are
+    strings. Shaped like :func:`optimus_lens.core.record.node_record`'s ``shape``."""
+    if isinstance(v, torch.Tensor):
+        return [s if isinstance(s, int) else str(s) for s in v.stride()]
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.Tensor) for x in v):
+        return [strides(x) for x in v]
+    return None
+
+
+def signature(node: Any) -> tuple | None:
+    """(shape, dtype, device) of a tensor node: what fusable nodes must share, or None.
+    Symbolic sizes (dynamic shapes) appear as their expression text (``"s0"``), so the
+    signature is hashable and equal for equal expressions."""
+    t = tensor(node)
+    if t is None:
+        return None
+    return (tuple(d if type(d) is int else str(d) for d in t.shape), t.dtype, str(t.device))
+
+
+def _fake_mode_of(vals) -> Any:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    for v in vals:
+        if isinstance(v, FakeTensor):
+            return v.fake_mode
+    return None
+
+
+def infer(node: Node) -> Any:
+    """Compute and store ``meta["example_value"]`` for a node a rewrite created, by running
+    its target on its inputs' example values (under their FakeTensorMode, so no real
+    compute). Returns the value, or None when an input has no example value.
+
+    Raises whatever the target raises on those values: a rewrite that builds a node
+    with mismatched shapes fails here, at the step that made it, not later.
+    """
+    missing = []
+
+    def get(n: Node):
+        v = value(n)
+        if v is None:
+            missing.append(n)
+        return v
+
+    args = map_arg(node.args, get)
+    kwargs = map_arg(node.kwargs, get)
+    if missing:
+        return None
+    # lazily: a getitem of a 128-tensor tuple must not flatten the tuple
+    mode = _fake_mode_of(torch.utils._pytree.tree_iter((args, kwargs)))
+    if node.op == "call_function":
+        fn = node.target
+    elif node.op == "call_method":
+        self_obj, *rest = args
+        fn = getattr(type(self_obj), node.target)
+        args = (self_obj, *rest)
+    else:
+        return None
+    if mode is not None:
+        with mode:
+            out = fn(*args, **kwargs)
+    else:
+        out = fn(*args, **kwargs)
+    if node.target is operator.getitem and isinstance(out, torch.Tensor) and mode is None:
+        out = out.clone()
+    node.meta["example_value"] = out
+    return out

@@ -1,0 +1,54 @@
+"""Pipeline types: a :class:`Pass` (named, ordered patterns run to a fixed point) and a
+:class:`Pipeline` (ordered passes, some switched off). Their own module, so that the
+shipped patterns (``optimus_lens.passes``) and the engine both use them without importing
+each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from optimus_lens.core.pattern import Pattern, SearchOptions
+
+
+@dataclass
+class Pass:
+    """A named, ordered list of patterns run greedily to a fixed point.
+
+    ``options`` overrides the search options of its BatchPatterns (upstream's per-fusion
+    entry in ``pre_grad_fusion_options``)."""
+
+    name: str
+    patterns: list[Pattern]
+    options: SearchOptions | None = None
+    max_iterations: int = 10
+    description: str = ""
+
+    def to_json(self, enabled: bool = True) -> dict:
+        return {
+            "name": self.name,
+            "enabled": enabled,
+            "patterns": [p.name for p in self.patterns],
+            "options": dict(self.options.__dict__) if self.options else {},
+            "description": self.description,
+        }
+
+
+@dataclass
+class Pipeline:
+    """Ordered passes; ``disabled`` names the ones switched off."""
+
+    passes: list[Pass]
+    disabled: set[str] = field(default_factory=set)
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.passes]
+
+    def enabled(self) -> list[Pass]:
+        return [p for p in self.passes if p.name not in self.disabled]
+
+    def only(self, names: list[str]) -> Pipeline:
+        """The same passes with all but ``names`` disabled. Raises KeyError on an unknown name."""
+        unknown = [n for n in names if n not in self.names()]
+        if unknown:
+            raise KeyError(f"unknown pass(es) {', '.join(unknown)}; known: {', '.join(self.names())}")
+        return Pipeline(self.passes, {p for p in self.names() if p not in names})

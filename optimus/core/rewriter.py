@@ -1,0 +1,469 @@
+"""The Rewriter: every graph change a pattern makes goes through it (MLIR's
+``RewriterBase`` and its ``Listener``, mlir/include/mlir/IR/PatternMatch.h).
+
+A pattern's ``fuse``/``rewrite`` receives a :class:`Rewriter` instead of the FX Graph
+and changes the graph only with its five operations: :meth:`Rewriter.create` (and
+:meth:`Rewriter.call`), :meth:`Rewriter.replace_all_uses`, :meth:`Rewriter.replace_input`,
+:meth:`Rewriter.erase` and :meth:`Rewriter.modify`. Each is
+
+* told to every :class:`Listener` (recording, the engine's indexes and the layout check
+  are listeners, not conventions), and
+* written to a per-step journal, so :meth:`Rewriter.rollback` restores exactly the
+  graph before the step: the same Node objects, in the same list order, with the same
+  arguments, users (in the same order) and metadata.
+
+:meth:`Rewriter.validate` checks what a step left behind where it changed the graph: no
+use of an erased node or a node of another graph, no cycle through a changed edge
+(O(nodes the step touched) with the engine's level numbering, which bounds the walk),
+no output node gone. While a step is open the GraphModule's own create / erase /
+replace hooks refuse any change made around the Rewriter (``graph.erase_node`` directly,
+say), so it is rolled back instead of half-recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+from torch.fx.node import map_arg
+
+from optimus_lens.core import meta
+from optimus_lens.core import strides as _layout
+
+
+class Listener:
+    """Told of every change a Rewriter makes (MLIR ``RewriterBase::Listener``). Methods
+    default to doing nothing; ``rolled_back`` is called after a rollback so a listener
+    that buffers the step's changes drops them."""
+
+    def notify_inserted(self, node: Node) -> None:
+        pass
+
+    def notify_erased(self, node: Node) -> None:
+        """Called before ``node`` is removed (its inputs are still readable)."""
+
+    def notify_replaced(self, old: Node, new: Node, users: list[Node]) -> None:
+        """``users`` now read ``new`` where they read ``old``."""
+
+    def notify_modified(self, node: Node, old_inputs: list[Node]) -> None:
+        """``node``'s arguments were changed in place; ``old_inputs`` were its input nodes before."""
+
+    def notify_match_failure(self, node: Node, reason: str) -> None:
+        pass
+
+    def rolled_back(self) -> None:
+        pass
+
+
+class InvalidGraph(RuntimeError):
+    """A step left the graph invalid: a cycle, a use of an erased node, a missing output."""
+
+
+class SymbolicSize(RuntimeError):
+    """A rewrite tried to write a symbolic size (a SymInt read from an ``example_value``)
+    into the graph as a constant, which would specialise the graph to the example's shape."""
+
+
+class DirectMutation(RuntimeError):
+    """A pattern changed the graph around the Rewriter (``graph.erase_node``, ``node.replace_all_uses_with`` ...)."""
+
+
+class Rewriter:
+    """The only way a pattern changes ``graph`` (see the module docstring).
+
+    ``listeners`` are told of every change in order. ``level`` (optional, node -> int,
+    increasing along every edge before the step) bounds :meth:`validate`'s cycle search.
+    """
+
+    def __init__(self, graph: Graph, listeners: Iterable[Listener] = (), level: dict | None = None):
+        self.graph = graph
+        self.listeners = list(listeners)
+        self.level = level
+        self._journal: list[tuple] = []
+        self._users_saved: set[int] = set()
+        self._meta_saved: set[tuple[int, str]] = set()
+        self.created: list[Node] = []
+        self.changed: dict[Node, None] = {}  # nodes whose inputs this step changed
+        self.erased: list[Node] = []
+        self._inside = 0
+        self._guard: GraphModule | None = None
+
+    # ---------------------------------------------------------------- insertion point
+    def inserting_before(self, node: Node | None = None):
+        """Context manager: new nodes go before ``node`` (``Graph.inserting_before``)."""
+        return self.graph.inserting_before(node)
+
+    def inserting_after(self, node: Node | None = None):
+        """Context manager: new nodes go after ``node`` (``Graph.inserting_after``)."""
+        return self.graph.inserting_after(node)
+
+    # ---------------------------------------------------------------- the operations
+    def create(
+        self,
+        op: str,
+        target: Any,
+        args: tuple = (),
+        kwargs: dict | None = None,
+        name: str | None = None,
+        infer: bool = True,
+    ) -> Node:
+        """Create a node at the insertion point; with ``infer`` compute its ``example_value``
+        from its inputs' (:func:`optimus_lens.core.meta.infer`, which raises if the op rejects their
+        shapes). Returns the node. Raises :class:`SymbolicSize` for a SymInt (or SymFloat,
+        SymBool) among the arguments: a size read from a dynamic-shape example value must
+        not become a constant."""
+        args = tuple(args)
+        kwargs = dict(kwargs or {})
+        inputs: list[Node] = []
+        sym = _scan((args, kwargs), inputs)
+        if sym is not None:
+            raise SymbolicSize(
+                f"the rewrite would write the symbolic size {sym} into a {target_text(target)} "
+                f"node as a constant (the graph would hold for the example's shape only)"
+            )
+        for i in inputs:
+            self._save_users(i)
+        self._inside += 1
+        try:
+            n = self.graph.create_node(op, target, args, kwargs, name)
+        finally:
+            self._inside -= 1
+        self._journal.append(("create", n))
+        self.created.append(n)
+        self.changed[n] = None
+        if infer:
+            meta.infer(n)
+        for lst in self.listeners:
+            lst.notify_inserted(n)
+        return n
+
+    def call(self, fn: Any, *args: Any, **kwargs: Any) -> Node:
+        """``create("call_function", fn, args, kwargs)`` with its example value."""
+        return self.create("call_function", fn, args, kwargs)
+
+    def replace_all_uses(self, old: Node, new: Node, keep_layout: bool = True) -> Node:
+        """Point every user of ``old`` at ``new`` (``old`` itself stays; erase it after).
+        Downstream nodes whose strides change with it get their ``example_value`` updated.
+
+        With ``keep_layout``, uses that would see other strides (:func:`optimus_lens.core.strides.broken_use`:
+        a ``.view``, ``as_strided``, graph output ... reached from ``old``) get a copy of
+        ``new`` laid out as ``old`` (``contiguous()``, or ``permute`` + ``contiguous`` +
+        ``permute`` back for a dense transposed layout); when ``old`` is not dense no copy
+        can, and :class:`optimus_lens.core.strides.LayoutError` names the user and both layouts.
+        Returns the node the sensitive uses now read (``new`` when none)."""
+        users = list(old.users)
+        if not users:
+            return new
+        if not keep_layout:
+            self._rewire(old, new, users)
+            return new
+        updates: list = []
+        need = _layout.broken_use(old, new, users, updates=updates)
+        if need is None:
+            self._rewire(old, new, users)
+            self._refresh(updates)
+            return new
+        copy = self._copy_as(old, new)
+        if copy is None or _layout.broken_use(old, copy, users) is not None:
+            raise _layout.LayoutError(_layout.mismatch_message(old, new, *need))
+        sensitive = [u for u in users if _layout.broken_use(old, new, [u]) is not None]
+        self._rewire(old, copy, sensitive)
+        rest = [u for u in users if u not in sensitive]
+        if rest:
+            updates = []
+            _layout.broken_use(old, new, rest, updates=updates)
+            self._rewire(old, new, rest)
+            self._refresh(updates)
+        return copy
+
+    def _refresh(self, updates: list) -> None:
+        """Store the example values (FakeTensors) that a replacement changed downstream,
+        so later steps read the strides the graph now computes."""
+        for node, value in updates:
+            self.set_meta(node, "example_value", value)
+
+    def _copy_as(self, old: Node, new: Node) -> Node | None:
+        """A copy of ``new`` with ``old``'s (dense) strides, created right after ``new``; None
+        when ``old`` is not dense or its stride order is symbolic."""
+        if not _layout.is_dense(old):
+            return None
+        order = _layout.stride_order(old)
+        if order is None:
+            return None
+        with self.inserting_after(new):
+            if order == sorted(order):
+                c = self.create("call_method", "contiguous", (new,))
+            else:
+                inverse = sorted(range(len(order)), key=order.__getitem__)
+                p = self.call(torch.permute, new, order)
+                with self.inserting_after(p):
+                    q = self.create("call_method", "contiguous", (p,))
+                with self.inserting_after(q):
+                    c = self.call(torch.permute, q, inverse)
+        self.carry_meta(old, c)
+        return c
+
+    def replace_input(self, user: Node, old: Node, new: Node) -> None:
+        """Point ``user``'s uses of ``old`` at ``new`` (``Node.replace_input_with``)."""
+        self._rewire(old, new, [user])
+
+    def modify(self, node: Node, args: tuple | None = None, kwargs: dict | None = None) -> None:
+        """Change ``node``'s arguments in place (MLIR ``modifyOpInPlace``). None keeps one as it is."""
+        old_inputs = list(node.all_input_nodes)
+        self._journal.append(("args", node, node.args, dict(node.kwargs)))
+        new_args = node.args if args is None else tuple(args)
+        new_kwargs = dict(node.kwargs) if kwargs is None else dict(kwargs)
+        for i in {*old_inputs, *_nodes_in((new_args, new_kwargs))}:
+            self._save_users(i)
+        node.args, node.kwargs = new_args, new_kwargs
+        self.changed[node] = None
+        for lst in self.listeners:
+            lst.notify_modified(node, old_inputs)
+
+    def erase(self, node: Node) -> None:
+        """Remove ``node`` from the graph. Raises RuntimeError if it still has users."""
+        if node.users:
+            raise RuntimeError(f"cannot erase {node.name}: it still has users {[u.name for u in node.users]}")
+        if node._erased:
+            return
+        for i in node.all_input_nodes:
+            self._save_users(i)
+        for lst in self.listeners:
+            lst.notify_erased(node)
+        self._journal.append(("erase", node, node.prev, node.args, dict(node.kwargs)))
+        self._inside += 1
+        try:
+            self.graph.erase_node(node)
+        finally:
+            self._inside -= 1
+        self.erased.append(node)
+        self.changed.pop(node, None)
+
+    def erase_if_unused(self, nodes: Iterable[Node]) -> None:
+        """Erase each of ``nodes`` (in order) that is still alive and has no users."""
+        for n in nodes:
+            if not n._erased and not n.users:
+                self.erase(n)
+
+    def set_meta(self, node: Node, key: str, value: Any) -> None:
+        """``node.meta[key] = value``, journaled (a rollback restores the old entry)."""
+        k = (id(node), key)
+        if k not in self._meta_saved:
+            self._meta_saved.add(k)
+            self._journal.append(("meta", node, key, node.meta.get(key, _MISSING)))
+        node.meta[key] = value
+
+    def carry_meta(self, old: Node, new: Node) -> None:
+        """Give ``new`` the source location and module path of the node it replaces (where it has none)."""
+        for k in ("stack_trace", "nn_module_stack"):
+            if k in old.meta and k not in new.meta:
+                self.set_meta(new, k, old.meta[k])
+
+    def notify_match_failure(self, node: Node, reason: str) -> None:
+        for lst in self.listeners:
+            lst.notify_match_failure(node, reason)
+
+    # ---------------------------------------------------------------- internals
+    def _rewire(self, old: Node, new: Node, users: list[Node]) -> None:
+        self._save_users(old)
+        self._save_users(new)
+        self._inside += 1
+        try:
+            for u in users:
+                self._journal.append(("args", u, u.args, dict(u.kwargs)))
+                u.replace_input_with(old, new)
+                self.changed[u] = None
+        finally:
+            self._inside -= 1
+        for lst in self.listeners:
+            lst.notify_replaced(old, new, users)
+
+    def _save_users(self, n: Node) -> None:
+        if id(n) not in self._users_saved:
+            self._users_saved.add(id(n))
+            self._journal.append(("users", n, list(n.users)))
+
+    # ---------------------------------------------------------------- step scope
+    @contextmanager
+    def guarding(self, gm: GraphModule) -> Iterator[Rewriter]:
+        """While open, ``gm``'s create / erase / replace hooks raise :class:`DirectMutation`
+        for a change that does not come from this Rewriter (before FX applies it, so
+        nothing is half done)."""
+
+        def guard(*a, **k) -> None:
+            if not self._inside:
+                raise DirectMutation("the pattern changed the graph without the Rewriter")
+
+        def guard_replace(old=None, new=None, user=None) -> None:
+            guard()
+
+        gm._register_create_node_hook(guard)
+        gm._register_erase_node_hook(guard)
+        gm._register_replace_node_hook(guard_replace)
+        try:
+            yield self
+        finally:
+            gm._unregister_create_node_hook(guard)
+            gm._unregister_erase_node_hook(guard)
+            gm._unregister_replace_node_hook(guard_replace)
+
+    def validate(self) -> None:
+        """Raise :class:`InvalidGraph` if the step left a use of an erased node (or of a
+        node of another graph), a cycle through a node whose inputs it changed, or no
+        output node. O(nodes the step changed and the ancestors between them)."""
+        g = self.graph
+        changed = [n for n in self.changed if not n._erased]
+        for n in changed:
+            for i in n.all_input_nodes:
+                if i._erased or i.graph is not g:
+                    raise InvalidGraph(f"{n.name} uses {i.name}, which is not in the graph")
+        for n in self.erased:
+            if n.op == "output":
+                raise InvalidGraph("the output node was erased")
+        cycle = find_cycle(changed, self.level)
+        if cycle:
+            raise InvalidGraph("cycle: " + " -> ".join(c.name for c in cycle))
+
+    def rollback(self) -> None:
+        """Undo every change of the step, newest first, then tell the listeners."""
+        g = self.graph
+        for entry in reversed(self._journal):
+            kind = entry[0]
+            if kind == "create":
+                n = entry[1]
+                if not n._erased:
+                    _unlink(g, n)
+            elif kind == "erase":
+                _, n, prev, args, kwargs = entry
+                _relink(g, n, prev, args, kwargs)
+            elif kind == "args":
+                _, n, args, kwargs = entry
+                n.args, n.kwargs = args, kwargs
+            elif kind == "users":
+                _, n, order = entry
+                users = n.users
+                if set(users) == set(order):
+                    users.clear()
+                    users.update(dict.fromkeys(order))
+            elif kind == "meta":
+                _, n, key, old = entry
+                if old is _MISSING:
+                    n.meta.pop(key, None)
+                else:
+                    n.meta[key] = old
+        self._journal.clear()
+        for lst in self.listeners:
+            lst.rolled_back()
+
+    def describe(self) -> dict:
+        """Counts of the step's changes so far (for error messages and tests)."""
+        return {
+            "created": len(self.created),
+            "erased": len(self.erased),
+            "changed": len(self.changed),
+            "journal": len(self._journal),
+        }
+
+
+_MISSING = object()
+
+
+def target_text(target: Any) -> str:
+    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
+
+
+_SYM = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _scan(x: Any, nodes: list[Node]) -> Any:
+    """Collect the Nodes in an argument structure into ``nodes``; return its first SymInt /
+    SymFloat / SymBool, or None (one walk, cheaper than pytree for long node lists)."""
+    if isinstance(x, Node):
+        nodes.append(x)
+        return None
+    if isinstance(x, (tuple, list)):
+        found = None
+        for v in x:
+            r = _scan(v, nodes)
+            found = found if found is not None else r
+        return found
+    if isinstance(x, dict):
+        found = None
+        for v in x.values():
+            r = _scan(v, nodes)
+            found = found if found is not None else r
+        return found
+    if isinstance(x, slice):
+        return _scan((x.start, x.stop, x.step), nodes)
+    return x if isinstance(x, _SYM) else None
+
+
+def _nodes_in(x: Any) -> list[Node]:
+    out: list[Node] = []
+    map_arg(x, out.append)
+    return out
+
+
+def _unlink(g: Graph, n: Node) -> None:
+    """Remove a node created by the step without calling the GraphModule's hooks."""
+    g._find_nodes_lookup_table.remove(n)
+    n._remove_from_list()
+    n._erased = True
+    g._len -= 1
+    n.args, n.kwargs = map_arg(n.args, lambda _: None), map_arg(dict(n.kwargs), lambda _: None)
+
+
+def _relink(g: Graph, n: Node, prev: Node, args: tuple, kwargs: dict) -> None:
+    """Put an erased node back after ``prev`` with its arguments (and so its uses)."""
+    n._prev = n
+    n._next = n
+    n._erased = False
+    prev._next._prepend(n)
+    g._len += 1
+    g._find_nodes_lookup_table.insert(n)
+    n.args, n.kwargs = args, kwargs
+
+
+def find_cycle(changed: list[Node], level: dict | None) -> list[Node] | None:
+    """A cycle through the nodes whose inputs a step set (``changed``), as a path that
+    starts and ends at one node, or None. One depth-first walk up the inputs from all of
+    them (grey = on the walk's path, black = done), so O(nodes and edges visited).
+
+    Before the step the graph was acyclic, so every cycle has an edge into a changed node,
+    and an unchanged node on it reaches a changed pre-existing node along old edges, whose
+    ``level`` (increasing along every edge before the step) is lower. So with ``level`` the
+    walk does not enter unchanged nodes below the lowest level among changed nodes."""
+    if not changed:
+        return None
+    cset = set(changed)
+    floor = None
+    if level is not None:
+        known = [level[n] for n in changed if n in level]
+        floor = min(known) if known else float("inf")
+    state: dict[Node, int] = {}  # 1 grey, 2 black
+    for start in changed:
+        if start in state:
+            continue
+        state[start] = 1
+        stack: list[tuple[Node, Iterator[Node]]] = [(start, iter(start.all_input_nodes))]
+        while stack:
+            n, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[n] = 2
+                stack.pop()
+                continue
+            st = state.get(nxt)
+            if st == 2:
+                continue
+            if st == 1:
+                path = [m for m, _ in stack]
+                return path[path.index(nxt) :] + [nxt]
+            if floor is not None and level is not None and nxt not in cset and nxt in level and level[nxt] < floor:
+                continue
+            state[nxt] = 1
+            stack.append((nxt, iter(nxt.all_input_nodes)))
+    return None

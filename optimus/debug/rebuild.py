@@ -1,0 +1,228 @@
+"""GraphSnapshot -> live GraphModule: the inverse of :func:`optimus_lens.core.record.snapshot_graph`.
+
+A trace stores graphs as plain data (:class:`optimus_lens.core.trace.NodeRecord`: op, qualified
+target, args with node references, shape, stride, dtype). This module turns one back
+into a runnable ``torch.fx.GraphModule`` — for a repro script that needs no user model
+code (:mod:`optimus_lens.debug.repro`) and for the Python code of a step's graphs
+(:mod:`optimus_lens.debug.codediff`) — and makes random inputs with the recorded metas.
+
+What a record cannot bring back exactly, and how it is read:
+
+* targets are resolved from their qualified names (``torch._C._nn.linear``,
+  ``_operator.getitem``, ``torch.ops.aten.view.default``); ``call_module`` nodes (the
+  module is not in the trace) raise :class:`RebuildError`;
+* arguments were written as JSON: a string naming a dtype (``"float32"``) is read as
+  that dtype, ``"device(type='cpu')"`` as a device, ``"torch.contiguous_format"`` and
+  friends as the torch object, ``"Ellipsis"`` as ``...``; the index of a ``getitem`` and
+  the output's values become tuples again, other lists stay lists;
+* ``get_attr`` tensors and placeholder values are random tensors of the recorded shape,
+  stride and dtype (:func:`random_inputs`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from typing import Any
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from optimus_lens.core.trace import GraphSnapshot, NodeRecord
+
+
+class RebuildError(ValueError):
+    """A snapshot that cannot be turned back into a runnable graph (unknown target,
+    call_module node, placeholder without tensor metadata, a reference to a missing node)."""
+
+
+# --------------------------------------------------------------------------- targets
+
+
+@functools.lru_cache(maxsize=1024)
+def resolve_target(name: str) -> Any:
+    """The callable a qualified name (as :func:`optimus_lens.core.record.target_name` writes it)
+    names: the longest importable module prefix, then attributes. Raises RebuildError."""
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            continue
+        return obj
+    import builtins
+
+    if hasattr(builtins, name):
+        return getattr(builtins, name)
+    raise RebuildError(f"cannot resolve target {name!r} to a function")
+
+
+_DEVICE = re.compile(r"device\(type='(\w+)'(?:, index=(\d+))?\)")
+_TORCH_OBJECTS = ("contiguous_format", "channels_last", "channels_last_3d", "preserve_format", "strided", "sparse_coo")
+
+
+def _scalar(a: str) -> Any:
+    if a == "Ellipsis":
+        return ...
+    if isinstance(getattr(torch, a, None), torch.dtype):
+        return getattr(torch, a)
+    m = _DEVICE.fullmatch(a)
+    if m:
+        return torch.device(m.group(1), int(m.group(2))) if m.group(2) else torch.device(m.group(1))
+    if a.startswith("torch.") and a[6:] in _TORCH_OBJECTS:
+        return getattr(torch, a[6:])
+    return a
+
+
+def _value(a: Any, nodes: dict[str, Node]) -> Any:
+    if isinstance(a, dict):
+        if len(a) == 1 and isinstance(a.get("node"), str):
+            try:
+                return nodes[a["node"]]
+            except KeyError:
+                raise RebuildError(f"reference to {a['node']!r}, which is not (yet) in the graph") from None
+        if len(a) == 1 and isinstance(a.get("slice"), list):
+            return slice(*(_value(v, nodes) for v in a["slice"]))
+        return {k: _value(v, nodes) for k, v in a.items()}
+    if isinstance(a, list):
+        return [_value(v, nodes) for v in a]
+    if isinstance(a, str):
+        return _scalar(a)
+    return a
+
+
+def _args(rec: NodeRecord, nodes: dict[str, Node]) -> tuple[tuple, dict]:
+    args = tuple(_value(a, nodes) for a in rec.args)
+    kwargs = {k: _value(v, nodes) for k, v in rec.kwargs.items()}
+    if (
+        rec.op == "call_function"
+        and rec.target in ("_operator.getitem", "operator.getitem")
+        and len(args) == 2
+        and isinstance(args[1], list)
+    ):
+        args = (args[0], tuple(args[1]))
+    if rec.op == "output":
+        args = tuple(tuple(a) if isinstance(a, list) else a for a in args)
+    return args, kwargs
+
+
+# --------------------------------------------------------------------------- graphs
+
+
+def graph_order(snap: GraphSnapshot) -> list[NodeRecord]:
+    """The records in an order FX accepts: placeholders first (in snapshot order), then
+    every other node after its inputs, depth first in snapshot order (so a node a step
+    created comes just before its first user), the output last. Raises RebuildError for
+    a reference to a node not in the snapshot, or a cycle."""
+    recs = snap.nodes
+    out: list[NodeRecord] = [r for r in recs.values() if r.op == "placeholder"]
+    done = {r.name for r in out}
+    active: set[str] = set()
+    for root in recs.values():
+        if root.name in done or root.op == "output":
+            continue
+        stack = [(root, iter(root.inputs))]
+        active.add(root.name)
+        while stack:
+            rec, it = stack[-1]
+            nxt = next((i for i in it if i not in done), None)
+            if nxt is None:
+                stack.pop()
+                active.discard(rec.name)
+                done.add(rec.name)
+                out.append(rec)
+                continue
+            if nxt in active:
+                raise RebuildError(f"the snapshot has a cycle through {nxt!r}")
+            if nxt not in recs:
+                raise RebuildError(f"{rec.name!r} reads {nxt!r}, which is not in the snapshot")
+            active.add(nxt)
+            stack.append((recs[nxt], iter(recs[nxt].inputs)))
+    out += [r for r in recs.values() if r.op == "output"]
+    return out
+
+
+def graph_module(snap: GraphSnapshot, attrs: dict[str, torch.Tensor] | None = None) -> GraphModule:
+    """A GraphModule computing what ``snap`` records, node names kept.
+
+    ``attrs`` gives the tensors of ``get_attr`` nodes by target (default: random ones of
+    the recorded metas). Node meta holds no example values; :func:`propagate` adds them.
+    Raises RebuildError (see the module docstring)."""
+    g = Graph()
+    nodes: dict[str, Node] = {}
+    root: dict[str, Any] = {}
+    for rec in graph_order(snap):
+        if rec.op == "call_module":
+            raise RebuildError(f"{rec.name!r} calls module {rec.target!r}, which a trace does not hold")
+        if rec.op == "get_attr":
+            root[rec.target] = (attrs or {}).get(rec.target)
+            if root[rec.target] is None:
+                root[rec.target] = random_tensor(rec)
+        args, kwargs = _args(rec, nodes)
+        if rec.op == "output":
+            nodes[rec.name] = g.output(args[0] if len(args) == 1 else args)
+            continue
+        target = resolve_target(rec.target) if rec.op == "call_function" else rec.target
+        n = g.create_node(rec.op, target, args, kwargs, name=rec.name)
+        nodes[rec.name] = n
+    return GraphModule(root, g, "Rebuilt")
+
+
+def nodes_by_record_name(gm: GraphModule) -> dict[str, Node]:
+    """name -> node of a rebuilt GraphModule (FX keeps record names unless one shadows a
+    Python builtin, which FX renames)."""
+    return {n.name: n for n in gm.graph.nodes}
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def random_tensor(rec: NodeRecord, gen: torch.Generator | None = None) -> torch.Tensor:
+    """A tensor with ``rec``'s shape, stride and dtype: normal samples for floating
+    point, 0 or 1 for integers (safe as indices into any table of 2+ rows), random for
+    bool. Raises RebuildError when the record has no single-tensor shape or dtype."""
+    shape, dtype = rec.shape, rec.dtype
+    if shape is None or dtype is None or any(isinstance(d, (list, str)) for d in shape):
+        raise RebuildError(f"{rec.name!r} has no static tensor shape/dtype in the trace")
+    dt = getattr(torch, dtype, None)
+    if not isinstance(dt, torch.dtype):
+        raise RebuildError(f"{rec.name!r} has unknown dtype {dtype!r}")
+    if dt.is_floating_point or dt.is_complex:
+        data = torch.randn(shape, generator=gen, dtype=dt)
+    elif dt == torch.bool:
+        data = torch.rand(shape, generator=gen) < 0.5
+    else:
+        data = torch.randint(0, 2, shape, generator=gen, dtype=dt)
+    stride = rec.stride
+    if stride is None or any(isinstance(s, (list, str)) for s in stride):
+        return data
+    out = torch.empty_strided(shape, stride, dtype=dt)
+    out.copy_(data)
+    return out
+
+
+def random_inputs(snap: GraphSnapshot, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """One random tensor per placeholder of ``snap`` (graph order), seeded, with the
+    recorded shape, stride and dtype (:func:`random_tensor`). For a captured graph the
+    placeholders include the lifted parameters, so these are random weights too."""
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(random_tensor(r, gen) for r in snap.nodes.values() if r.op == "placeholder")
+
+
+def propagate(gm: GraphModule, inputs: tuple) -> None:
+    """Fill ``meta["example_value"]`` (FakeTensors) of every node by fake propagation
+    from ``inputs``, as the captured graph carried them, so patterns can read shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate(*inputs)
+    for n in gm.graph.nodes:
+        if "val" in n.meta:
+            n.meta["example_value"] = n.meta["val"]

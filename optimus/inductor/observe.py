@@ -1,0 +1,650 @@
+"""PyTorch Inductor's own Optimus passes: run them, count them, and watch them step by step.
+
+Upstream's pre-grad Optimus passes live in ``torch/_inductor/fx_passes/pre_grad.py``
+(``pre_grad_passes``), ``group_batch_fusion.py`` (horizontal fusions, one
+``GroupBatchFusionBase.fuse(graph, subset)`` call per fused group) and ``split_cat.py``
+(split/cat pattern passes, one ``PatternEntry.apply(match, graph, node)`` call per match
+inside a ``PatternMatcherPass``). Which of them run is chosen by
+``torch._inductor.config.pre_grad_fusion_options`` (a dict ``{pass name: options}``).
+
+* :func:`run_upstream` runs ``pre_grad_passes`` directly (not through ``torch.compile``,
+  so no FX-graph or AOT cache can skip it) on a copy of a captured graph and returns
+  upstream's counters.
+* :func:`fusions_per_pass` turns those counters into "rewrites per pass", undoing
+  upstream's counter quirks (see its docstring).
+* :func:`observe_upstream` runs the same passes with the Optimus Lens recorder attached,
+  so every upstream fusion or pattern replacement becomes one :class:`~optimus_lens.core.trace.Step`
+  that the viewer can step through like one of ours.
+
+Both attribute graph changes by wrapping, for the duration of the call only, upstream's
+``GroupBatchFusionBase`` subclasses' ``fuse``, the pattern entries' ``apply`` and
+``PatternMatcherPass.apply`` (for the pass name), plus ``torch.fx.Node._update_args_kwargs``
+(upstream rewires some uses by ``node.update_arg``, which fires no FX hook). Everything is
+restored on exit, also when upstream raises.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+
+from optimus_lens.core import verify as _verify
+from optimus_lens.core.engine import copy_graph_module
+from optimus_lens.core.record import Recording, node_record, recording, snapshot_graph
+from optimus_lens.core.trace import Delta, GraphSnapshot, Step, Trace, VerifyResult
+
+#: the counter group upstream's split/cat passes write to (split_cat.py reads the same variable)
+COUNTER_GROUP = os.environ.get("TORCHINDUCTOR_PATTERN_MATCH_BACKEND", "inductor")
+
+#: counters that are statistics about rewrites, not rewrites (the ``scmerge_*`` family too)
+BOOKKEEPING = frozenset({"pattern_matcher_count", "pattern_matcher_nodes"})
+
+#: counters named after something other than their pass
+COUNTER_PASS = {
+    "decompose_mm": "decompose_mm_pass",
+    "decompose_addmm": "decompose_mm_pass",
+    "decompose_bmm": "decompose_mm_pass",
+}
+
+OTHER_PASS = "pre_grad_passes"
+OTHER_PATTERN = "other pre-grad rewrite"
+UNRECORDED_PATTERN = "unrecorded changes"
+UNSORTED_MESSAGE = "upstream leaves the graph unsorted until its final stable_topological_sort"
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class Application:
+    """One upstream rule application: a ``fuse(graph, subset)`` call of a group/batch
+    fusion, or an ``apply(match, graph, node)`` call of a pattern entry.
+
+    ``counters`` holds the counter increments made during the call; ``changed`` says
+    whether the graph changed at all; ``identity`` that it only replaced nodes by equal
+    ones (same op, target, args and kwargs), as ``normalize_unbind_default`` /
+    ``normalize_stack_default`` do for nodes already in normal form."""
+
+    pass_name: str
+    pattern: str
+    sites: list[str]
+    counters: dict[str, int]
+    changed: bool
+    identity: bool
+    seconds: float
+    match_s: float = 0.0
+
+
+@dataclass
+class UpstreamRun:
+    """Result of :func:`run_upstream`.
+
+    ``gm`` is the rewritten copy; ``counters`` the ``counters["inductor"]`` entries the
+    run bumped; ``seconds`` the wall time of ``pre_grad_passes`` (s); ``nodes_before`` /
+    ``nodes_after`` the node counts of the graph; ``applications`` every rule call in
+    order (see :class:`Application`)."""
+
+    gm: GraphModule
+    counters: dict[str, int]
+    seconds: float
+    nodes_before: int
+    nodes_after: int
+    applications: list[Application] = field(default_factory=list)
+
+    @property
+    def fusions(self) -> dict[str, int]:
+        """Rewrites per upstream pass, counter quirks undone (:func:`fusions_per_pass`)."""
+        return fusions_per_pass(self.counters, self.applications)
+
+
+# --------------------------------------------------------------------------- options
+
+
+def _registries() -> tuple[dict, dict]:
+    from torch._inductor.fx_passes.group_batch_fusion import PRE_GRAD_FUSIONS
+    from torch._inductor.fx_passes.pre_grad import PRE_GRAD_PATTERNS
+
+    return PRE_GRAD_FUSIONS, PRE_GRAD_PATTERNS
+
+
+def known_pre_grad_passes() -> list[str]:
+    """Every name ``pre_grad_fusion_options`` accepts in this torch: the group/batch
+    fusions (``PRE_GRAD_FUSIONS``), then the pattern passes (``PRE_GRAD_PATTERNS``)."""
+    fusions, patterns = _registries()
+    return [*fusions, *(p for p in patterns if p not in fusions)]
+
+
+def check_options(options: dict) -> None:
+    """Raise KeyError naming the known passes if ``options`` holds a name upstream does
+    not know (upstream itself fails later, deep inside compilation, with a bare
+    ``KeyError``), and TypeError if an entry is not a dict."""
+    if not isinstance(options, dict):
+        raise TypeError(f"pre_grad_fusion_options must be a dict, not {type(options).__name__}")
+    known = known_pre_grad_passes()
+    unknown = [k for k in options if k not in known]
+    if unknown:
+        raise KeyError(f"unknown upstream pre-grad pass(es) {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
+    for k, v in options.items():
+        if not isinstance(v, dict):
+            raise TypeError(f"options for {k!r} must be a dict, not {type(v).__name__}")
+
+
+#: our passes with no upstream pass of the same name -> upstream's passes doing that work
+OUR_PASS_UPSTREAM = {"split_cat_cleanup": ["unbind_stack_pass", "split_cat_pass"]}
+
+
+def default_options() -> dict:
+    """Upstream's ``pre_grad_fusion_options`` equivalent of our default pipeline
+    (:func:`optimus_lens.passes.default_pipeline`): each of its passes under the same name, and
+    ``split_cat_cleanup`` (identity stack/unbind and split/cat removal) as upstream's
+    ``unbind_stack_pass`` and ``split_cat_pass`` (:data:`OUR_PASS_UPSTREAM`), all with
+    upstream's default options (``{}``), in pipeline order."""
+    from optimus_lens.passes import default_pipeline
+
+    known = set(known_pre_grad_passes())
+    out: dict = {}
+    for name in default_pipeline().names():
+        for up in OUR_PASS_UPSTREAM.get(name, [name]):
+            if up in known:
+                out.setdefault(up, {})
+    return out
+
+
+# --------------------------------------------------------------------------- counters
+
+
+def _counter_pass(name: str) -> str | None:
+    """The pass a counter counts rewrites of, or None for a statistics counter."""
+    if name in BOOKKEEPING or name.startswith("scmerge_"):
+        return None
+    return COUNTER_PASS.get(name, name)
+
+
+def fusions_per_pass(counters: dict[str, int], applications: list[Application] | None = None) -> dict[str, int]:
+    """Rewrites per upstream pass (pass name -> count; passes with none are left out).
+
+    Upstream bumps ``counters["inductor"][name]`` once per fused group (group/batch
+    fusions) or once per rewritten anchor (pattern passes). Its quirks, undone here:
+
+    * statistics counters are dropped: ``pattern_matcher_count`` / ``_nodes`` (every
+      pattern-matcher hit, whatever its pass) and the ``scmerge_*`` family
+      (``scmerge_split_sections_removed`` is even assigned, not incremented);
+    * ``decompose_mm`` / ``decompose_addmm`` / ``decompose_bmm`` count for
+      ``decompose_mm_pass``;
+    * ``simplify_split_cat`` (``split_cat_pass``, ``SplitCatSimplifier``) bumps
+      ``unbind_stack_pass``, never ``split_cat_pass``; with ``applications`` every
+      increment is credited to the pass whose rule made it, so these land on
+      ``split_cat_pass``. Without them the two cannot be told apart and count for
+      ``unbind_stack_pass``;
+    * ``normalization_pass`` rewrites and counts every unbind and stack, also those
+      already in normal form; with ``applications`` such identity rewrites are not
+      counted.
+
+    ``applications`` comes from :func:`run_upstream` (``UpstreamRun.applications``).
+    Increments made outside any rule call keep the pass their counter names.
+    """
+    out: Counter = Counter()
+    if applications is None:
+        for name, n in counters.items():
+            p = _counter_pass(name)
+            if p is not None and n:
+                out[p] += n
+        return {k: v for k, v in out.items() if v}
+    credited: Counter = Counter()
+    for a in applications:
+        for name, n in a.counters.items():
+            credited[name] += n
+            if _counter_pass(name) is not None and not a.identity:
+                out[a.pass_name] += n
+    for name, n in counters.items():
+        p = _counter_pass(name)
+        if p is not None and n - credited[name] > 0:
+            out[p] += n - credited[name]
+    return {k: v for k, v in out.items() if v}
+
+
+# --------------------------------------------------------------------------- the watcher
+
+
+def _form(n: Node) -> tuple:
+    return (n.op, n.target, n.args, dict(n.kwargs))
+
+
+def _is_sorted(gm: GraphModule) -> bool:
+    seen: set[Node] = set()
+    for n in gm.graph.nodes:
+        if any(i not in seen for i in n.all_input_nodes):
+            return False
+        seen.add(n)
+    return True
+
+
+class _Watcher:
+    """Attributes every change upstream makes to ``gm``'s graph to the rule call that
+    made it (or to :data:`OTHER_PASS` for changes made between rule calls).
+
+    ``on_change(app, rec, touched)`` is called for every rule call or in-between span
+    that changed the graph; ``touched`` holds the nodes whose args were reassigned."""
+
+    def __init__(self, gm: GraphModule, on_change: Callable[[Application, Recording, list[Node]], None]):
+        self.gm, self.graph = gm, gm.graph
+        self.on_change = on_change
+        self.passes: list[str] = []
+        self.depth = 0
+        self.touched: dict[int, Node] = {}
+        self.applications: list[Application] = []
+        self._outside: Any = None
+        self._outside_rec: Recording | None = None
+        self._t_end = time.perf_counter()
+        #: (application, recording, touched nodes, exception) of a rule call that raised
+        self.failure: tuple[Application, Recording, list[Node], Exception] | None = None
+
+    # ---- spans between rule calls
+    def open_outside(self) -> None:
+        self.touched = {}
+        self._outside = recording(self.gm)
+        self._outside_rec = self._outside.__enter__()
+
+    def close_outside(self, emit: bool = True) -> None:
+        if self._outside is None:
+            return
+        cm, rec = self._outside, self._outside_rec
+        self._outside = self._outside_rec = None
+        cm.__exit__(None, None, None)
+        touched = self._drain()
+        if emit and (self._changed(rec) or touched):
+            self.on_change(Application(OTHER_PASS, OTHER_PATTERN, [], {}, True, False, 0.0), rec, touched)
+
+    # ---- rule calls
+    def application(self, pass_name: str, pattern: str, sites: list, fn: Callable[[], Any]) -> Any:
+        if self.depth:  # a nested call (super().fuse, a pass inside a rule) belongs to the outer one
+            return fn()
+        self.close_outside()
+        site_nodes = [n for n in sites if isinstance(n, Node)]
+        forms = [_form(n) for n in site_nodes]
+        before = dict(_counters())
+        t0 = time.perf_counter()
+        match_s = t0 - self._t_end
+        self.depth += 1
+        self.touched = {}
+        rec = Recording()
+        try:
+            with recording(self.gm) as rec:
+                result = fn()
+        except Exception as e:
+            self.failure = (
+                Application(
+                    pass_name, pattern, [n.name for n in site_nodes], {}, True, False, time.perf_counter() - t0, match_s
+                ),
+                rec,
+                self._drain(),
+                e,
+            )
+            raise
+        finally:
+            self.depth -= 1
+        seconds = time.perf_counter() - t0
+        after = _counters()
+        delta = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+        touched = self._drain()
+        changed = self._changed(rec) or any(not n._erased for n in touched)
+        app = Application(
+            pass_name,
+            pattern,
+            [n.name for n in site_nodes],
+            delta,
+            changed,
+            self._identity(rec, site_nodes, forms),
+            seconds,
+            match_s,
+        )
+        self.applications.append(app)
+        if changed:
+            self.on_change(app, rec, touched)
+        self._t_end = time.perf_counter()
+        self.open_outside()
+        return result
+
+    def _drain(self) -> list[Node]:
+        out = [n for n in self.touched.values() if not n._erased]
+        self.touched = {}
+        return out
+
+    @staticmethod
+    def _changed(rec: Recording) -> bool:
+        return bool(rec.created or rec.erased or rec.rewired)
+
+    @staticmethod
+    def _identity(rec: Recording, sites: list[Node], forms: list[tuple]) -> bool:
+        created = rec.created_alive()
+        created_ids = {id(n) for n in rec.created}
+        erased = [n for n in rec.erased if id(n) not in created_ids]
+        if not erased or len(created) != len(erased):
+            return False
+        pool = [forms[sites.index(n)] for n in erased if n in sites]
+        if len(pool) != len(erased):
+            return False
+        for c in created:
+            f = _form(c)
+            if f not in pool:
+                return False
+            pool.remove(f)
+        return True
+
+
+def _counters() -> Counter:
+    from torch._dynamo.utils import counters
+
+    return counters[COUNTER_GROUP]
+
+
+def _subclasses(cls: type) -> list[type]:
+    out, todo = [], [cls]
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo.extend(c.__subclasses__())
+    return list(dict.fromkeys(out))
+
+
+def _entry_name(entry: Any) -> str:
+    handler = getattr(entry, "handler", None)
+    if handler is not None:
+        while hasattr(handler, "func"):  # functools.partial
+            handler = handler.func
+        return getattr(handler, "__name__", type(entry).__name__)
+    return getattr(entry, "pattern_name", None) or type(entry).__name__
+
+
+_ACTIVE: list[_Watcher] = []
+
+
+@contextmanager
+def _patched(w: _Watcher) -> Iterator[None]:
+    """Wrap upstream's rule entry points so each call runs through ``w.application``;
+    restore every wrapped attribute on exit, also when the body raises."""
+    from torch._inductor import pattern_matcher as pm
+    from torch._inductor.fx_passes import group_batch_fusion as gbf
+
+    if _ACTIVE:
+        raise RuntimeError("upstream passes are already being observed in this process")
+    names = {cls: name for reg in (gbf.POST_GRAD_FUSIONS, gbf.PRE_GRAD_FUSIONS) for name, cls in reg.items()}
+    saved: list[tuple[type, str, bool, Any]] = []
+
+    def patch(owner: type, attr: str, new: Any) -> None:
+        saved.append((owner, attr, attr in owner.__dict__, owner.__dict__.get(attr)))
+        setattr(owner, attr, new)
+
+    def wrap_fuse(orig):
+        def fuse(self, graph, subset):
+            if graph is not w.graph:
+                return orig(self, graph, subset)
+            cls = type(self)
+            return w.application(
+                names.get(cls, cls.__name__), cls.__name__, list(subset), lambda: orig(self, graph, subset)
+            )
+
+        return fuse
+
+    def wrap_entry(orig):
+        def apply(self, match, graph, node):
+            if graph is not w.graph:
+                return orig(self, match, graph, node)
+            pass_name = w.passes[-1] if w.passes else "pattern_matcher"
+            return w.application(
+                pass_name, _entry_name(self), list(match.nodes), lambda: orig(self, match, graph, node)
+            )
+
+        return apply
+
+    def wrap_pass(orig):
+        def apply(self, gm):
+            w.passes.append(self.pass_name or "pattern_matcher")
+            try:
+                return orig(self, gm)
+            finally:
+                w.passes.pop()
+
+        return apply
+
+    orig_update = Node._update_args_kwargs
+
+    def update_args_kwargs(node, args, kwargs):
+        orig_update(node, args, kwargs)
+        if getattr(node, "graph", None) is w.graph:
+            w.touched[id(node)] = node
+
+    _ACTIVE.append(w)
+    try:
+        for cls in _subclasses(gbf.GroupBatchFusionBase):
+            if "fuse" in cls.__dict__:
+                patch(cls, "fuse", wrap_fuse(cls.__dict__["fuse"]))
+        for cls in _subclasses(pm.PatternEntry):
+            if "apply" in cls.__dict__:
+                patch(cls, "apply", wrap_entry(cls.__dict__["apply"]))
+        patch(pm.PatternMatcherPass, "apply", wrap_pass(pm.PatternMatcherPass.__dict__["apply"]))
+        patch(Node, "_update_args_kwargs", update_args_kwargs)
+        yield
+    finally:
+        for owner, attr, had, old in reversed(saved):
+            if had:
+                setattr(owner, attr, old)
+            else:
+                delattr(owner, attr)
+        _ACTIVE.remove(w)
+
+
+@contextmanager
+def _upstream_config(options: dict) -> Iterator[None]:
+    """``pre_grad_fusion_options=options`` with no user ``pre_grad_custom_pass`` (only
+    Optimus runs) and the pattern matcher on; the previous config is restored on exit."""
+    import torch._inductor.config as cfg
+
+    with cfg.patch(pre_grad_fusion_options=options, pre_grad_custom_pass=None, pattern_matcher=True):
+        yield
+
+
+@contextmanager
+def _own_counters() -> Iterator[None]:
+    """Clear ``counters[COUNTER_GROUP]`` for the body and put the caller's back after.
+
+    The Counter object is looked up afresh each time: upstream's pattern-matcher
+    ``lazy_init`` replaces ``counters[backend]`` with a copy on first use."""
+    saved = dict(_counters())
+    _counters().clear()
+    try:
+        yield
+    finally:
+        _counters().clear()
+        _counters().update(saved)
+
+
+def _run(gm: GraphModule, example_inputs: tuple, options: dict, w: _Watcher) -> tuple[GraphModule, dict, float]:
+    from torch._inductor.fx_passes.pre_grad import pre_grad_passes
+
+    with _own_counters(), _upstream_config(options), _patched(w):
+        w.open_outside()
+        t0 = time.perf_counter()
+        try:
+            out = pre_grad_passes(gm, list(example_inputs))
+        except BaseException:
+            w.close_outside(emit=False)
+            raise
+        seconds = time.perf_counter() - t0
+        w.close_outside()
+        counts = {k: int(v) for k, v in _counters().items() if v}
+    return out, counts, seconds
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def run_upstream(gm: GraphModule, example_inputs: tuple, options: dict) -> UpstreamRun:
+    """Run upstream's ``pre_grad_passes(gm, example_inputs)`` with
+    ``pre_grad_fusion_options=options`` on a copy of ``gm`` (``gm`` is not changed).
+
+    ``example_inputs`` are the graph's real inputs (as :func:`optimus_lens.frontend.capture.capture`
+    returns them). The pass is called directly, so Inductor's caches cannot skip it;
+    ``counters["inductor"]`` is cleared for the run and restored afterwards, and
+    ``UpstreamRun.counters`` holds what the run bumped. Also restored: the config and
+    every wrapped upstream function. Raises KeyError for a pass name upstream does not
+    know (:func:`check_options`); exceptions from upstream's passes propagate.
+    """
+    check_options(options)
+    copy = copy_graph_module(gm)
+    before = len(copy.graph.nodes)
+    w = _Watcher(copy, lambda app, rec, touched: None)
+    out, counts, seconds = _run(copy, example_inputs, options, w)
+    return UpstreamRun(out, counts, seconds, before, len(out.graph.nodes), w.applications)
+
+
+def _delta(rec: Recording, touched: list[Node]) -> tuple[list[Node], list[str], Delta]:
+    created_ids = {id(n) for n in rec.created}
+    created = rec.created_alive()
+    nodes = {id(n): n for n in rec.touched()}
+    for n in touched:
+        nodes.setdefault(id(n), n)
+    removed = [n.name for n in rec.erased if id(n) not in created_ids]
+    return created, removed, Delta([node_record(n) for n in nodes.values() if not n._erased], removed)
+
+
+def _records(snap: GraphSnapshot) -> dict[str, dict]:
+    return {name: asdict(r) for name, r in snap.nodes.items()}
+
+
+def observe_upstream(
+    gm: GraphModule,
+    example_inputs: tuple,
+    options: dict,
+    model_name: str = "",
+    verify: bool = False,
+    keep_going: bool = False,
+) -> Trace:
+    """Run upstream's pre-grad passes (as :func:`run_upstream`, on a copy of ``gm``) with
+    the Optimus Lens recorder attached; returns a :class:`~optimus_lens.core.trace.Trace`.
+
+    Every upstream rule call that changed the graph is one Step: ``pass_name`` is the
+    ``pre_grad_fusion_options`` key (the fusion name, or ``PatternMatcherPass.pass_name``),
+    ``pattern`` the fusion class (``PreGradBatchLinearFusion``) or the pattern handler
+    (``merge_splits``), ``sites`` the fused subset or the match's nodes. Changes made
+    between rule calls (``numpy_compat_normalization``, ``fuse_fx``, ...) become Steps of
+    pass ``"pre_grad_passes"``. ``Trace.graph_at(len(steps))`` equals the rewritten graph;
+    should a change escape the recorder, a last Step ``"unrecorded changes"`` holds the
+    difference, so it is visible rather than lost.
+
+    With ``verify``, each Step is checked against the original graph's outputs when the
+    graph is topologically sorted at that point; upstream inserts fused nodes before the
+    first member of a group and sorts only at the start of the next fusion and at the
+    end, so other Steps are marked ``not-checkable``. ``final_verify`` checks the result.
+    Raises KeyError for an unknown pass name, and what upstream's passes raise. With
+    ``keep_going``, a rule call that raises ends the run instead: it becomes the last
+    Step (what it changed before raising, if anything), failed with ``checked="raised"``
+    and the exception in its message, and ``final_verify`` says the same; exceptions
+    raised outside any rule call still propagate.
+    """
+    check_options(options)
+    copy = copy_graph_module(gm)
+    inputs = tuple(example_inputs)
+    ref = _verify.reference(copy, inputs) if verify else None
+    trace = Trace(
+        model=model_name,
+        initial_graph=snapshot_graph(copy.graph),
+        passes=[_pass_json(k, v) for k, v in options.items()],
+        capture={"upstream": True, "torch": torch.__version__, "options": _jsonable(options)},
+    )
+
+    def add_step(app: Application, rec: Recording, touched: list[Node]) -> Step:
+        created, removed, delta = _delta(rec, touched)
+        step = Step(
+            index=len(trace.steps) + 1,
+            pass_name=app.pass_name,
+            pattern=app.pattern,
+            sites=list(app.sites),
+            created=[n.name for n in created],
+            erased=removed,
+            replaced=dict(rec.replaced),
+            delta=delta,
+            match_s=app.match_s,
+            rewrite_s=app.seconds,
+            nodes_after=len(copy.graph.nodes),
+        )
+        trace.steps.append(step)
+        return step
+
+    def on_change(app: Application, rec: Recording, touched: list[Node]) -> None:
+        step = add_step(app, rec, touched)
+        if ref is not None:
+            step.verify = (
+                _verify.check(copy, inputs, ref)
+                if _is_sorted(copy)
+                else VerifyResult(None, checked="not-checkable", message=UNSORTED_MESSAGE)
+            )
+
+    w = _Watcher(copy, on_change)
+    try:
+        out, counts, seconds = _run(copy, inputs, options, w)
+    except Exception as e:
+        if not keep_going or w.failure is None or w.failure[3] is not e:
+            raise
+        app, rec, touched, _ = w.failure
+        raised = VerifyResult(False, checked="raised", message=f"{app.pattern} raised {type(e).__name__}: {e}")
+        add_step(app, rec, touched).verify = raised
+        trace.final_verify = raised
+        trace.capture.update({"raised": f"{type(e).__name__}: {e}"})
+        return trace
+    final = snapshot_graph(out.graph)
+    replay = trace.graph_at(len(trace.steps))
+    if _records(replay) != _records(final):
+        upsert = [r for name, r in final.nodes.items() if replay.nodes.get(name) != r]
+        removed = [name for name in replay.nodes if name not in final.nodes]
+        trace.steps.append(
+            Step(
+                index=len(trace.steps) + 1,
+                pass_name=OTHER_PASS,
+                pattern=UNRECORDED_PATTERN,
+                sites=[],
+                created=[r.name for r in upsert if r.name not in replay.nodes],
+                erased=removed,
+                replaced={},
+                delta=Delta(upsert, removed),
+                match_s=0.0,
+                rewrite_s=0.0,
+                nodes_after=len(out.graph.nodes),
+            )
+        )
+    trace.capture.update({"counters": counts, "seconds": round(seconds, 4)})
+    if ref is not None:
+        trace.final_verify = _verify.check(out, inputs, ref)
+    return trace
+
+
+def _pass_json(name: str, opts: dict) -> dict:
+    fusions, patterns = _registries()
+    if name in fusions:
+        pats, kind = [fusions[name].__name__], "group/batch fusion (group_batch_fusion.py)"
+    else:
+        entries = [e for es in patterns[name].patterns.values() for e in es]
+        pats, kind = list(dict.fromkeys(_entry_name(e) for e in entries)), "pattern pass (split_cat.py)"
+    return {
+        "name": name,
+        "enabled": True,
+        "patterns": pats,
+        "options": _jsonable(opts),
+        "description": f"upstream {kind}",
+    }
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x if x is None or isinstance(x, (bool, int, float, str)) else repr(x)

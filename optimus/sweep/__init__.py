@@ -1,0 +1,1 @@
+"""Sweeps: every model x configuration, each run isolated, one row per run."""

@@ -1,0 +1,1 @@
+"""Guided walks through the predefined patterns."""
