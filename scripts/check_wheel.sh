@@ -35,7 +35,7 @@ import optimus_lens, optimus_lens.viz, optimus_lens.app, optimus_lens.sample_mod
 assert "site-packages" in optimus_lens.__file__, optimus_lens.__file__
 print("imported from", optimus_lens.__file__)
 PY
-"$VPY" -c "import importlib.resources as r; f = r.files('optimus_lens') / 'starters'; assert any(p.name.endswith('.py') for p in f.iterdir()), 'starters missing'"
+"$VPY" -c "import importlib.resources as r; f = r.files('optimus_lens') / 'frontend' / 'starters'; assert any(p.name.endswith('.py') for p in f.iterdir()), 'starters missing'"
 echo "== optimus run / report from $WORK"
 "$WORK/venv/bin/optimus" run sample:recsys_towers --verify step --trace "$WORK/t.json"
 "$WORK/venv/bin/optimus" report "$WORK/t.json" -o "$WORK/report.html"
