@@ -5,12 +5,13 @@ on which the pattern really does not fire."""
 import pytest
 
 from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
-from optimus_lens.core.pattern import get
 from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.core.search import fusion_candidates
 from optimus_lens.debug.why import DryRun
 from optimus_lens.frontend.capture import capture
 from optimus_lens.frontend.run import model_and_inputs
+from optimus_lens.passes import pattern_named
+from optimus_lens.passes.profit import group_estimate
 from optimus_lens.teach.walk import (
     TeachError,
     bfs_rings,
@@ -22,7 +23,7 @@ from optimus_lens.teach.walk import (
     walkthrough,
 )
 
-BATCH = [n for n in predefined() if get(n).kind == "batch"]
+BATCH = [n for n in predefined() if pattern_named(n).kind == "batch"]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def test_every_predefined_pattern_has_a_teaching_model_on_which_it_fires(walks):
 
 def test_walkthrough_text_comes_from_the_pattern_registration(walks):
     for name, w in walks.items():
-        p = get(name)
+        p = pattern_named(name)
         first = w.slides[0]
         assert first.kind == "before" and p.description in first.lines
         for pre in p.preconditions:
@@ -73,11 +74,11 @@ def test_what_it_bought_is_measured(walks):
 def test_search_frames_end_with_the_groups_the_engine_fuses(name, mode):
     w = walkthrough(name, timing=False, search=mode)
     cap = _captured(name)
-    p = get(name)
+    p = pattern_named(name)
     eng = Engine(
         cap.gm,
         cap.example_inputs,
-        Pipeline([Pass(name, [p], options=p.options.replace(search=mode))]),
+        Pipeline([Pass(name, [p], options=p.options.replace(search=mode), estimate=group_estimate)]),
         RunOptions(verify="off"),
     )
     fused = [sorted(s.sites) for s in eng.run().steps]
@@ -103,13 +104,13 @@ def test_dependent_variant_groups_agree_with_the_engine():
         w = walkthrough(name, timing=False)
         gm = copy_graph_module(cap.gm)
         _depend_last(gm, w.sites[0])
-        dry = DryRun(gm, lesson_pipeline(get(name)))
+        dry = DryRun(gm, lesson_pipeline(pattern_named(name)))
         assert [sorted(s.sites) for s in dry.steps] == [sorted(g) for g in w.dependent.groups]
 
 
 def test_upstream_rings_are_fusion_candidates_with_visits_recorded():
     cap = _captured("batch_linear")
-    p = get("batch_linear")
+    p = pattern_named("batch_linear")
 
     def key(n):
         k = p.key(n)
@@ -129,7 +130,7 @@ def test_greedy_rounds_replays_independent_subsets():
     w = walkthrough("batch_relu", timing=False)
     gm = copy_graph_module(cap.gm)
     _depend_last(gm, w.sites[0])
-    p = get("batch_relu")
+    p = pattern_named("batch_relu")
     nodes = [n for n in gm.graph.nodes if n.name in w.sites[0]]
     index = GraphIndex(gm.graph)
     want = [[n.name for n in s] for s in independent_subsets(nodes, index, p.options)]
@@ -145,7 +146,7 @@ def test_every_exercise_is_a_variant_where_the_pattern_does_not_fire(walks):
         assert e is not None, name
         assert e.node in e.graph.nodes and e.question and e.change
         assert set(e.added) <= set(e.graph.nodes)
-        dry = DryRun(e.gm, lesson_pipeline(get(name)))
+        dry = DryRun(e.gm, lesson_pipeline(pattern_named(name)))
         assert not [s for s in dry.steps if s.pattern == name], name
         verdict = dry.explain(e.node, [name]).verdicts[0]
         assert not verdict.applies and verdict.text == e.answer, name
@@ -161,8 +162,8 @@ def test_unknown_pattern_is_a_clear_error():
 def test_search_frames_leave_the_graph_unchanged():
     cap = _captured("batch_tanh")
     before = str(cap.gm.graph)
-    search_frames(cap.gm, get("batch_tanh"))
-    search_frames(cap.gm, get("batch_tanh"), "upstream")
+    search_frames(cap.gm, pattern_named("batch_tanh"))
+    search_frames(cap.gm, pattern_named("batch_tanh"), "upstream")
     assert str(cap.gm.graph) == before
 
 

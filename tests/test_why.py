@@ -82,8 +82,8 @@ def test_why_under_upstreams_search_gives_its_bounded_walk_as_the_reason():
 
 
 def test_why_a_member_of_a_chain_names_the_members_it_depends_on_or_feeds():
-    from optimus_lens.core.engine import Pass, Pipeline
     from optimus_lens.core.pattern import REGISTRY, SearchOptions
+    from optimus_lens.core.pipeline import Pass, Pipeline
     from tests.test_search import towers
 
     gm = towers(1, 4)  # one tower: linear -> relu -> linear -> ...
@@ -171,8 +171,8 @@ def test_trace_dry_run_reads_our_trace_at_its_steps_and_an_upstream_trace_from_i
 
 
 def test_a_near_miss_carries_its_partial_match():
-    from optimus_lens.core.engine import Pass, Pipeline
     from optimus_lens.core.pattern import REGISTRY, SearchOptions
+    from optimus_lens.core.pipeline import Pass, Pipeline
     from tests.test_search import towers
 
     gm = towers(1, 4)

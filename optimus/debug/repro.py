@@ -67,10 +67,10 @@ def step_spec(trace: Trace, index: int) -> dict:
         opts = next((p.get("options", {}) for p in trace.passes if p.get("name") == step.pass_name), {})
         spec["upstream"] = {"pass": step.pass_name, "options": opts, "torch": trace.capture.get("torch")}
     else:
-        from optimus_lens.core.pattern import get
+        from optimus_lens.passes import pattern_named
 
         try:
-            spec["pattern_module"] = type(get(step.pattern)).__module__
+            spec["pattern_module"] = type(pattern_named(step.pattern)).__module__
         except KeyError as e:
             raise ReproError(e.args[0]) from None
     return spec
@@ -197,12 +197,13 @@ def _apply_upstream_match(gm: GraphModule, spec: dict) -> None:
 
 
 def _apply_ours(gm: GraphModule, spec: dict, sites: list) -> None:
-    from optimus_lens.core.pattern import BatchPattern, Match, get
+    from optimus_lens.core.pattern import BatchPattern, Match
     from optimus_lens.core.rewriter import Rewriter
+    from optimus_lens.passes import pattern_named
 
     if spec.get("pattern_module"):
         importlib.import_module(spec["pattern_module"])
-    pattern = get(spec["pattern"])
+    pattern = pattern_named(spec["pattern"])
     if isinstance(pattern, BatchPattern):
         pattern.fuse(Rewriter(gm.graph), sites)
         return

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch.fx import GraphModule
 
-from optimus_lens.core.engine import Engine, Pipeline, RunOptions
+from optimus_lens.core.engine import Engine, RunOptions
+from optimus_lens.core.pipeline import Pipeline
 from optimus_lens.core.trace import Step, Trace
 from optimus_lens.frontend.capture import Captured, capture
 

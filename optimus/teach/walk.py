@@ -32,12 +32,12 @@ from torch.fx import GraphModule, Node
 
 from optimus_lens.core import meta
 from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
+from optimus_lens.core.memo import graph_unchanged
+from optimus_lens.core.miss import Miss
 from optimus_lens.core.pattern import (
     BatchPattern,
-    Miss,
     Pattern,
     SearchOptions,
-    graph_unchanged,
     why_not,
 )
 from optimus_lens.core.pipeline import Pass, Pipeline
@@ -50,6 +50,7 @@ from optimus_lens.core.search import (
     member_depths,
 )
 from optimus_lens.core.trace import GraphSnapshot, Trace
+from optimus_lens.passes.profit import group_estimate
 from optimus_lens.perf.bench import Stage, measure
 
 KEY_TEXT = 90  # characters of a group key shown before "..."
@@ -199,16 +200,16 @@ def teaching_model(pattern_name: str) -> str:
 
 
 def _pattern(name: str) -> Pattern:
-    from optimus_lens.core.pattern import get
+    from optimus_lens.passes import pattern_named
 
     if name not in predefined():
         raise TeachError(f"unknown pattern {name!r}; known: {', '.join(predefined())}")
-    return get(name)
+    return pattern_named(name)
 
 
 def lesson_pipeline(pattern: Pattern) -> Pipeline:
     """The one-pass pipeline a lesson runs: ``pattern`` alone, with its own search options."""
-    return Pipeline([Pass(pattern.name, [pattern], description=pattern.description)])
+    return Pipeline([Pass(pattern.name, [pattern], description=pattern.description, estimate=group_estimate)])
 
 
 def _opts(pattern: Pattern, search: str | None = None) -> SearchOptions:
@@ -867,7 +868,7 @@ def walkthrough(
     anchors = {} if isinstance(pattern, BatchPattern) else _anchors(before, pattern)
     pipe = lesson_pipeline(pattern)
     if search is not None and isinstance(pattern, BatchPattern):
-        pipe = Pipeline([Pass(pattern.name, [pattern], options=_opts(pattern, search))])
+        pipe = Pipeline([Pass(pattern.name, [pattern], options=_opts(pattern, search), estimate=group_estimate)])
     eng = Engine(
         cap.gm, cap.example_inputs, pipe, RunOptions(verify="end"), model_name=model_name, capture_info=cap.info()
     )
