@@ -105,6 +105,19 @@ def test_a_raising_pattern_stops_the_run_by_option_with_pass_pattern_and_site():
     assert "boom" in str(e.value)
 
 
+def test_the_engine_entry_is_published_at_the_top_of_the_package():
+    import optimus_lens
+    from optimus_lens.core.engine import RunOptions as Options
+    from optimus_lens.frontend.run import optimize as optimize_spec
+    from optimus_lens.frontend.run import run_pipeline
+
+    assert optimus_lens.run_pipeline is run_pipeline and optimus_lens.RunOptions is Options
+    assert optimus_lens.optimize is optimize_spec
+    c = _relu_model()
+    t = optimus_lens.run_pipeline(c.gm, c.example_inputs, options=optimus_lens.RunOptions(verify="end"))
+    assert t.final_verify.ok
+
+
 def test_verify_off_records_no_results_and_end_checks_once():
     off = optimize("sample:teach_batch_relu", verify="off").trace
     assert all(s.verify is None for s in off.steps) and off.final_verify is None

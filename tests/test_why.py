@@ -148,7 +148,8 @@ def test_trace_dry_run_reads_our_trace_at_its_steps_and_an_upstream_trace_from_i
     from test_observe import HELD_IN
 
     from optimus_lens.debug.why import trace_dry_run
-    from optimus_lens.frontend.run import observe, optimize
+    from optimus_lens.frontend.run import optimize
+    from optimus_lens.inductor.observe import observe
 
     trace = optimize("sample:recsys_towers", verify="off").trace
     k = next(s.index for s in trace.steps if s.pattern == "remove_unbind_stack")

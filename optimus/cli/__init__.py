@@ -448,8 +448,8 @@ def _bad_input():
 
 def cmd_observe(a) -> int:
     from optimus_lens.frontend.capture import CaptureError, capture
-    from optimus_lens.frontend.run import ModelSpecError, load_model, observe
-    from optimus_lens.inductor.observe import check_options, default_options
+    from optimus_lens.frontend.run import ModelSpecError, load_model
+    from optimus_lens.inductor.observe import check_options, default_options, observe
 
     try:
         options = _options_arg(a.options)

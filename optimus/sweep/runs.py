@@ -360,7 +360,8 @@ def _run(task: RunTask, row: dict) -> None:
     import torch
 
     from optimus_lens.frontend.capture import capture
-    from optimus_lens.frontend.run import load_model, observe, optimize
+    from optimus_lens.frontend.run import load_model, optimize
+    from optimus_lens.inductor.observe import observe
     from optimus_lens.perf.bench import upstream_options
 
     opts, out = task.options, Path(task.out_dir)
