@@ -51,7 +51,8 @@ from optimus_lens.core.search import (
 )
 from optimus_lens.core.trace import GraphSnapshot, Trace
 from optimus_lens.passes.profit import group_estimate
-from optimus_lens.perf.bench import Stage, measure
+from optimus_lens.perf.bench import measure
+from optimus_lens.perf.timings import Stage
 
 KEY_TEXT = 90  # characters of a group key shown before "..."
 
