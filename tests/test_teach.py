@@ -122,7 +122,8 @@ def test_upstream_rings_are_fusion_candidates_with_visits_recorded():
 
 
 def test_greedy_rounds_replays_independent_subsets():
-    from optimus_lens.core.search import GraphIndex, independent_subsets
+    from optimus_lens.core.index import GraphIndex
+    from optimus_lens.core.search import independent_subsets
     from optimus_lens.teach.walk import _depend_last
 
     cap = _captured("batch_relu")

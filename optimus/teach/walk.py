@@ -32,6 +32,7 @@ from torch.fx import GraphModule, Node
 
 from optimus_lens.core import meta
 from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
+from optimus_lens.core.index import GraphIndex
 from optimus_lens.core.pattern import (
     BatchPattern,
     Miss,
@@ -43,7 +44,6 @@ from optimus_lens.core.pattern import (
 from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.core.record import snapshot_graph
 from optimus_lens.core.search import (
-    GraphIndex,
     _ancestors_in,
     global_groups,
     is_search_root,
