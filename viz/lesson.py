@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from optimus_lens.core.trace import GraphSnapshot
-from optimus_lens.teach.walk import Frame, Search, Walkthrough
+from optimus_lens.teach.data import Frame, Search, Walkthrough
 from optimus_lens.viz.graph import Marks, _sizes, drawn_graph, emit, step_picture, trace_layout
 from optimus_lens.viz.layout import LAYOUT_BUDGET_S, Layout, bounded_layout, draw_pinned
 from optimus_lens.viz.viewer import VIEWER_CSS, VIEWER_JS, viewer_block
@@ -385,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m optimus_lens.viz.lesson PATTERN -o FILE`` or ``--all -o DIR`` (what ``optimus lesson``
     runs): exit status 0; 2 for an unknown pattern (the known ones listed), a missing
     ``-o``, or an output that cannot be written."""
-    from optimus_lens.teach.walk import TeachError, predefined, walkthrough
+    from optimus_lens.teach.lookup import TeachError, predefined
+    from optimus_lens.teach.walk import walkthrough
 
     ap = argparse.ArgumentParser(
         prog="optimus lesson", description="Write a pattern's walkthrough as one self-contained offline HTML file."

@@ -743,7 +743,7 @@ def cmd_lesson(a) -> int:
     """Write a pattern's walkthrough as an offline HTML lesson (``--all``: one per pattern).
     The drawing lives in ``viz``, so this runs ``python -m optimus_lens.viz.lesson``; an unknown pattern
     is refused here first (exit 2, the known ones listed)."""
-    from optimus_lens.teach.walk import predefined
+    from optimus_lens.teach.lookup import predefined
 
     names = predefined()
     if a.all == bool(a.pattern) or (a.pattern and a.pattern not in names):

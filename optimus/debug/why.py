@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from torch.fx import GraphModule, Node
 
 from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
+from optimus_lens.core.index import GraphIndex
 from optimus_lens.core.pattern import BatchPattern, Miss, RewritePattern, graph_unchanged, why_not
 from optimus_lens.core.record import target_name
-from optimus_lens.core.search import GraphIndex, fusion_candidates, is_search_root, max_antichain
+from optimus_lens.core.search import fusion_candidates, is_search_root, max_antichain
 from optimus_lens.core.trace import Step
 from optimus_lens.passes.profit import group_estimate
 
