@@ -228,17 +228,16 @@ def test_lesson_file_is_offline_and_navigable(walks, tmp_path):
 def test_lesson_cli_writes_one_file_per_pattern_and_refuses_an_unknown_one(tmp_path, monkeypatch, capsys):
     import optimus_lens.teach.lookup
     from optimus_lens.cli import main as cli
-    from optimus_lens.viz.lesson import main
 
     monkeypatch.setattr(optimus_lens.teach.lookup, "predefined", lambda: ["batch_tanh", "normalize_cat"])
-    assert main(["--all", "-o", str(tmp_path / "lessons"), "--repeats", "1"]) == 0
+    assert cli(["lesson", "--all", "-o", str(tmp_path / "lessons"), "--repeats", "1"]) == 0
     assert sorted(p.name for p in (tmp_path / "lessons").iterdir()) == ["batch_tanh.html", "normalize_cat.html"]
     monkeypatch.undo()
     assert cli(["lesson", "batch_nope", "-o", str(tmp_path / "x.html")]) == 2
     err = capsys.readouterr().err
     assert "unknown pattern 'batch_nope'" in err and "batch_linear, batch_linear_lhs" in err
-    assert main(["batch_nope", "-o", str(tmp_path / "x.html")]) == 2
-    assert main(["-o", str(tmp_path / "x.html")]) == 2
+    assert cli(["lesson", "-o", str(tmp_path / "x.html")]) == 2
+    assert "give one PATTERN or --all" in capsys.readouterr().err
     assert not (tmp_path / "x.html").exists()
     assert cli(["lesson", "normalize_cat", "-o", str(tmp_path / "nc.html"), "--repeats", "1"]) == 0
     assert "normalize_cat" in (tmp_path / "nc.html").read_text()
