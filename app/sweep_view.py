@@ -1,7 +1,7 @@
 """The Sweep page: a sweep directory written by ``optimus sweep`` — its runs as a sortable
 table (click a column header), filters by status and config, and any run's trace opened
-in the step viewer. Reading the directory is :func:`optimus_lens.sweep.runs.load_sweep`; the
-table's records are :func:`optimus_lens.sweep.summary.table_row`."""
+in the step viewer. Reading the directory is :func:`optimus_lens.sweep.results.load_sweep`; the
+table's records are :func:`optimus_lens.viz.sweep_summary.table_row`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from optimus_lens.sweep.runs import SweepError, load_sweep
-from optimus_lens.sweep.summary import table_row
+from optimus_lens.sweep.configs import SweepError
+from optimus_lens.sweep.results import load_sweep
+from optimus_lens.viz.sweep_summary import table_row
 
 ENV = "OPTIMUS_LENS_SWEEP"  # `optimus app --sweep DIR`
 

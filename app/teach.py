@@ -19,7 +19,8 @@ import streamlit as st
 
 from optimus_lens import viz
 from optimus_lens.passes import pattern_named
-from optimus_lens.teach.walk import predefined, walkthrough
+from optimus_lens.teach.lookup import predefined
+from optimus_lens.teach.walk import walkthrough
 from optimus_lens.viz.lesson import (
     LessonPictures,
     Picture,

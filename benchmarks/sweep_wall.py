@@ -5,7 +5,7 @@ benchmarks/sweep_configs.json``, once per executor into a fresh directory each
 (``--workers 1``, ``--workers 2``, optionally ``--ray local``), prints one line per
 executor: wall time (s), runs, statuses, and the load average before and after (the
 machine may be shared); then checks that every executor whose directory is in ``--out``
-(from this run or an earlier one) wrote the same rows (:func:`optimus_lens.sweep.runs.comparable`:
+(from this run or an earlier one) wrote the same rows (:func:`optimus_lens.sweep.results.comparable`:
 timing and host fields left out).
 
     .venv/bin/python benchmarks/sweep_wall.py [--ray] [--reports] [--out DIR] [--only ray]
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimus_lens.sweep.runs import Results, comparable  # noqa: E402
+from optimus_lens.sweep.results import Results, comparable  # noqa: E402
 
 CONFIGS = ROOT / "benchmarks" / "sweep_configs.json"
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from optimus_lens.sweep.runs import DEFAULT_CONFIG, SweepConfig, SweepOptions, sweep
+from optimus_lens.sweep.configs import DEFAULT_CONFIG, SweepConfig
+from optimus_lens.sweep.driver import sweep
+from optimus_lens.sweep.task import SweepOptions
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 
@@ -69,9 +71,10 @@ def test_a_directory_without_results_says_so(monkeypatch, tmp_path):
 
 def test_optimus_app_sweep_opens_the_directory_and_refuses_another(monkeypatch, sweep_dir, tmp_path, capsys):
     from optimus_lens import cli
+    from optimus_lens.cli import app as app_command
 
     seen = {}
-    monkeypatch.setattr(cli.subprocess, "call", lambda cmd, env: seen.update(env=env) or 0)
+    monkeypatch.setattr(app_command.subprocess, "call", lambda cmd, env: seen.update(env=env) or 0)
     assert cli.main(["app", "--sweep", str(sweep_dir), "--headless"]) == 0
     assert seen["env"]["OPTIMUS_LENS_SWEEP"] == str(sweep_dir)
     assert cli.main(["app", "--sweep", str(tmp_path)]) == 2

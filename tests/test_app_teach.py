@@ -75,7 +75,7 @@ def test_presentation_switch_scales_the_text():
 
 def test_every_predefined_pattern_has_a_walkthrough_in_the_app(monkeypatch):
     from optimus_lens.app import teach as app_teach
-    from optimus_lens.teach.walk import predefined
+    from optimus_lens.teach.lookup import predefined
 
     monkeypatch.setattr(app_teach, "REPEATS", 1)  # the figures are checked in test_teach; here every page renders
     at = _teach()

@@ -59,7 +59,9 @@ def test_show_reads_a_saved_trace_and_rejects_garbage(tmp_path, capsys):
 
 
 def test_console_script_is_installed():
-    r = subprocess.run([sys.executable, "-m", "optimus_lens.cli", "--help"], capture_output=True, text=True)
+    # the `optimus` script pip wrote next to this interpreter, from pyproject's [project.scripts]
+    script = Path(sys.executable).parent / "optimus"
+    r = subprocess.run([str(script), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "run" in r.stdout
 
 

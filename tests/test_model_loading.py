@@ -1,5 +1,5 @@
 """Model specs: module and file factories resolved from the current directory, .pt2 exported
-programs, the sample list, --skip, and upstream pass names (optimus/run.py, optimus/cli.py)."""
+programs, the sample list, --skip, and upstream pass names (optimus/frontend/run.py, optimus/cli/)."""
 
 import subprocess
 import sys

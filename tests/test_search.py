@@ -29,12 +29,21 @@ from torch.fx import Graph, GraphModule, Node
 
 from optimus_lens import sample_models
 from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
+from optimus_lens.core.index import GraphIndex
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.pattern import REGISTRY, BatchPattern, SearchOptions
 from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.core.record import recording, snapshot_graph
 from optimus_lens.core.rewriter import Rewriter
-from optimus_lens.core.search import GraphIndex, independent_subsets
+from optimus_lens.core.search import (
+    UNUSED,
+    SearchObserver,
+    fusion_candidates,
+    global_groups,
+    independent_subsets,
+    key_classes,
+    member_depths,
+)
 from optimus_lens.frontend.capture import capture
 from optimus_lens.passes import default_pipeline
 
@@ -412,6 +421,83 @@ def test_a_long_chain_bucket_is_split_into_single_members_and_dropped():
     assert list(independent_subsets(chain[1:], GraphIndex(g), SearchOptions(min_fuse_set_size=2))) == []
 
 
+class Seen(SearchObserver):
+    """Every report of the search, kept as it came."""
+
+    def __init__(self):
+        self.visits, self.rounds, self.depths, self.left, self.classes = [], [], [], [], {}
+
+    def on_visit(self, depth, node, key):
+        self.visits.append((depth, node, key))
+
+    def on_round(self, subset, waiting):
+        self.rounds.append((list(subset), dict(waiting)))
+
+    def on_depths(self, depths, above):
+        self.depths.append((depths, above))
+
+    def on_left_out(self, node, reason):
+        self.left.append((node, reason))
+
+    def on_classes(self, classes):
+        self.classes = classes
+
+
+def _groups(members, index, opts, observer):
+    """:func:`global_groups` as the engine asks it, a member of a yielded group counting as gone."""
+    taken, out = set(), []
+    for g in global_groups(members, index, opts, lambda n: n not in taken, observer):
+        taken.update(g)
+        out.append(g)
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**31), st.integers(5, 40), st.integers(2, 3), st.integers(1, 4))
+def test_an_observer_sees_each_move_of_the_search_and_changes_no_result(seed, size, min_size, depth):
+    gm = random_dag(seed, size, 0.3)
+    pattern = REGISTRY["batch_relu"]
+    opts = SearchOptions(min_fuse_set_size=min_size, max_fuse_set_size=4, max_fuse_search_depth=depth)
+    index = GraphIndex(gm.graph)
+    for root in gm.graph.nodes:
+        seen = Seen()
+        got = fusion_candidates(root, pattern.key, depth, observer=seen)
+        assert got == fusion_candidates(root, pattern.key, depth)
+        matched: dict = {}
+        for d, n, k in seen.visits:  # the matched visits, in order, are the buckets
+            assert 1 <= d <= depth
+            if k is not None:
+                matched.setdefault(k, []).append(n)
+        assert matched == got
+        for nodes in got.values():
+            seen = Seen()
+            subsets = list(independent_subsets(nodes, index, opts, seen))
+            assert subsets == list(independent_subsets(nodes, index, opts))
+            assert [s for s, _ in seen.rounds if len(s) >= min_size] == subsets
+            for subset, waiting in seen.rounds:
+                for n, why in waiting.items():
+                    assert n not in subset
+                    if why.startswith("depends on chosen "):
+                        names = why.removeprefix("depends on chosen ").split(", ")
+                        assert any(_is_ancestor(m, n) for m in subset if m.name in names), why
+    keyed = [n for n in gm.graph.nodes if n.users]
+    seen = Seen()
+    classes = key_classes(gm.graph.nodes, pattern.key, index, opts, seen)
+    assert classes == key_classes(gm.graph.nodes, pattern.key, index, opts)
+    assert {n for _, ms in classes for n in ms} <= set(keyed)
+    assert all(len(ms) >= min_size for _, ms in classes)
+    left = {n for n, _ in seen.left}
+    assert left | {n for ms in seen.classes.values() for n in ms} == set(gm.graph.nodes)
+    assert all(r is UNUSED for n, r in seen.left if not n.users and _key(pattern, n) is not None)
+    for _, members in classes:
+        seen = Seen()
+        assert _groups(members, index, opts, seen) == _groups(members, index, opts, None)
+        depths, above = seen.depths[0]
+        assert depths == member_depths(sorted(members, key=index.pos.__getitem__), index)
+        for n in members:
+            assert above[n] == {m for m in members if m is not n and _is_ancestor(m, n)}
+
+
 # --------------------------------------------------------------------------- work done
 
 
@@ -531,10 +617,10 @@ def test_index_stays_valid_under_random_inserts_and_rewires_with_tiny_gaps(seed,
     and users are rewired to them; with labels 2..64 apart, relabelling happens often."""
     from unittest import mock
 
-    import optimus_lens.core.search as search_mod
+    import optimus_lens.core.index as index_mod
 
     rng = random.Random(seed)
-    with mock.patch.object(search_mod, "GAP", gap), mock.patch.object(search_mod, "SPREAD", 2):
+    with mock.patch.object(index_mod, "GAP", gap), mock.patch.object(index_mod, "SPREAD", 2):
         g = Graph()
         nodes = [g.placeholder("x")]
         for _ in range(10):

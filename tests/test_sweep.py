@@ -1,4 +1,4 @@
-"""``optimus sweep`` (optimus/sweep.py): every model x config in its own process, rows in
+"""``optimus sweep`` (optimus/sweep/): every model x config in its own process, rows in
 DIR/results.jsonl, resumable, the same rows locally and as Ray tasks, and a run that is
 killed, times out or runs out of memory loses only itself."""
 
@@ -14,17 +14,11 @@ from pathlib import Path
 import pytest
 
 from optimus_lens import cli
-from optimus_lens.sweep.runs import (
-    DEFAULT_CONFIG,
-    Results,
-    SweepConfig,
-    SweepError,
-    SweepOptions,
-    comparable,
-    expand_specs,
-    load_configs,
-    sweep,
-)
+from optimus_lens.sweep.configs import DEFAULT_CONFIG, SweepConfig, SweepError, expand_specs, load_configs
+from optimus_lens.sweep.driver import sweep
+from optimus_lens.sweep.results import Results, comparable
+from optimus_lens.sweep.task import SweepOptions
+from optimus_lens.viz.sweep_summary import write_summary
 
 MODELS = ["sample:teach_batch_relu", "sample:teach_split_cat", "hf:bert?layers=1"]
 FUSIONS_ONLY = SweepConfig("fusions-only", passes=("normalization_pass", "batch_linear_lhs", "batch_relu"))
@@ -70,7 +64,7 @@ def factories(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def local_sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep") / "local"
-    res = sweep(MODELS, CONFIGS, FAST, out, workers=2, progress=False)
+    res = sweep(MODELS, CONFIGS, FAST, out, workers=2, progress=False, on_rows=write_summary)
     return out, res
 
 
@@ -183,7 +177,9 @@ def test_time_and_memory_limits_fail_only_their_run(factories, tmp_path):
 
 def test_reports_upstream_and_bench_fill_their_fields(tmp_path):
     opts = SweepOptions(observe_upstream=True, bench=True, bench_repeats=2, verify="step", time_limit_s=300)
-    (row,) = sweep(["sample:recsys_towers"], [DEFAULT_CONFIG], opts, tmp_path / "s", progress=False).rows
+    (row,) = sweep(
+        ["sample:recsys_towers"], [DEFAULT_CONFIG], opts, tmp_path / "s", progress=False, on_rows=write_summary
+    ).rows
     assert row["status"] == "ok", row["error"]
     assert (tmp_path / "s" / row["report"]).read_text().lstrip().lower().startswith("<!doctype html")
     up = row["upstream"]
@@ -256,7 +252,7 @@ def test_cli_exit_status_bad_input_2_a_failed_run_1(factories, tmp_path, capsys)
 def test_a_wheel_reaches_ray_workers_as_its_package_folders(tmp_path):
     import zipfile
 
-    from optimus_lens.sweep.runs import ray_runtime_env
+    from optimus_lens.sweep.executors import ray_runtime_env
 
     whl = tmp_path / "optimus_lens-0.1.0-py3-none-any.whl"
     with zipfile.ZipFile(whl, "w") as z:

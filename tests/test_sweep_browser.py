@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from optimus_lens.sweep.summary import write_summary
+from optimus_lens.viz.sweep_summary import write_summary
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.browser

@@ -1,27 +1,22 @@
-"""Walkthroughs of the predefined patterns (optimus_lens.teach.walk): built from each pattern's
+"""Walkthroughs of the predefined patterns (optimus_lens.teach): built from each pattern's
 registration and teaching model, search frames that agree with the engine, exercises
 on which the pattern really does not fire."""
 
 import pytest
 
 from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
+from optimus_lens.core.index import GraphIndex
 from optimus_lens.core.pipeline import Pass, Pipeline
-from optimus_lens.core.search import fusion_candidates
+from optimus_lens.core.search import SearchObserver, fusion_candidates, independent_subsets
 from optimus_lens.debug.why import DryRun
 from optimus_lens.frontend.capture import capture
 from optimus_lens.frontend.run import model_and_inputs
 from optimus_lens.passes import pattern_named
 from optimus_lens.passes.profit import group_estimate
-from optimus_lens.teach.walk import (
-    TeachError,
-    bfs_rings,
-    greedy_rounds,
-    lesson_pipeline,
-    predefined,
-    search_frames,
-    teaching_model,
-    walkthrough,
-)
+from optimus_lens.teach.lookup import TeachError, lesson_pipeline, predefined, teaching_model
+from optimus_lens.teach.replay import search_frames
+from optimus_lens.teach.variants import depend_last
+from optimus_lens.teach.walk import walkthrough
 
 BATCH = [n for n in predefined() if pattern_named(n).kind == "batch"]
 
@@ -97,47 +92,55 @@ def test_a_member_that_depends_on_another_is_left_out_with_the_reason(walks, mod
 
 
 def test_dependent_variant_groups_agree_with_the_engine():
-    from optimus_lens.teach.walk import _depend_last
-
     for name in ["batch_relu", "batch_layernorm"]:
         cap = _captured(name)
         w = walkthrough(name, timing=False)
         gm = copy_graph_module(cap.gm)
-        _depend_last(gm, w.sites[0])
+        depend_last(gm, w.sites[0])
         dry = DryRun(gm, lesson_pipeline(pattern_named(name)))
         assert [sorted(s.sites) for s in dry.steps] == [sorted(g) for g in w.dependent.groups]
 
 
-def test_upstream_rings_are_fusion_candidates_with_visits_recorded():
+class _Seen(SearchObserver):
+    def __init__(self):
+        self.visits, self.rounds = [], []
+
+    def on_visit(self, depth, node, key):
+        self.visits.append((depth, node, key))
+
+    def on_round(self, subset, waiting):
+        self.rounds.append((list(subset), {n.name: why for n, why in waiting.items()}))
+
+
+def test_upstream_rings_are_the_visits_fusion_candidates_reports():
     cap = _captured("batch_linear")
     p = pattern_named("batch_linear")
+    w = walkthrough("batch_linear", timing=False, search="upstream")
+    root = next(n for n in cap.gm.graph.nodes if n.name == w.search.root)
+    seen = _Seen()
+    assert fusion_candidates(root, p.key, 5, observer=seen) == fusion_candidates(root, p.key, 5)
+    assert all(1 <= d <= 5 for d, _, _ in seen.visits)
+    rings = [f for f in w.search.frames if f.title.startswith("Ring ")]
+    assert len(rings) == max(d for d, _, _ in seen.visits)
+    assert rings[-1].marks == {root.name: 0, **{n.name: d for d, n, _ in seen.visits}}
 
-    def key(n):
-        k = p.key(n)
-        return None if isinstance(k, str) else k
 
-    for root in cap.gm.graph.nodes:
-        visits, buckets = bfs_rings(root, key, 5)
-        assert buckets == fusion_candidates(root, key, 5)
-        assert all(1 <= d <= 5 for d, _, _ in visits)
-
-
-def test_greedy_rounds_replays_independent_subsets():
-    from optimus_lens.core.search import GraphIndex, independent_subsets
-    from optimus_lens.teach.walk import _depend_last
-
+def test_greedy_rounds_are_the_rounds_independent_subsets_reports():
     cap = _captured("batch_relu")
-    w = walkthrough("batch_relu", timing=False)
+    w = walkthrough("batch_relu", timing=False, search="upstream")
     gm = copy_graph_module(cap.gm)
-    _depend_last(gm, w.sites[0])
+    depend_last(gm, w.sites[0])
     p = pattern_named("batch_relu")
     nodes = [n for n in gm.graph.nodes if n.name in w.sites[0]]
     index = GraphIndex(gm.graph)
-    want = [[n.name for n in s] for s in independent_subsets(nodes, index, p.options)]
-    got = [
-        [n.name for n in s] for s, _ in greedy_rounds(nodes, index, p.options) if len(s) >= p.options.min_fuse_set_size
-    ]
+    seen = _Seen()
+    want = [[n.name for n in s] for s in independent_subsets(nodes, index, p.options, seen)]
+    got = [[n.name for n in s] for s, _ in seen.rounds if len(s) >= p.options.min_fuse_set_size]
     assert got == want == [w.sites[0][:-1]]
+    first, last = w.sites[0][0], w.sites[0][-1]
+    assert seen.rounds[0][1] == {last: f"depends on chosen {first}"}
+    frames = [f for f in w.dependent.frames if f.title.startswith("Greedy round")]
+    assert [f.left_out for f in frames] == [why for _, why in seen.rounds]
 
 
 def test_every_exercise_is_a_variant_where_the_pattern_does_not_fire(walks):
@@ -153,10 +156,18 @@ def test_every_exercise_is_a_variant_where_the_pattern_does_not_fire(walks):
         assert not e.answer.startswith(("not an anchor", "no match")), name
 
 
-def test_unknown_pattern_is_a_clear_error():
+def test_unknown_pattern_is_a_clear_error(monkeypatch):
     with pytest.raises(TeachError, match="unknown pattern 'batch_nope'; known: batch_linear"):
         walkthrough("batch_nope")
-    assert isinstance(TeachError("x"), KeyError)
+    with pytest.raises(KeyError) as e:  # caught like passes.pattern_named's unknown name
+        teaching_model("batch_nope")
+    assert str(e.value) == f"unknown pattern 'batch_nope'; known: {', '.join(predefined())}"  # as written, unquoted
+    from optimus_lens import sample_models
+
+    teaching = {k: m for k, m in sample_models.REGISTRY.items() if m.kind != "teaching"}
+    monkeypatch.setattr(sample_models, "REGISTRY", teaching)
+    with pytest.raises(TeachError, match="no teaching model teaches 'batch_relu'"):
+        walkthrough("batch_relu")
 
 
 def test_search_frames_leave_the_graph_unchanged():
@@ -216,19 +227,18 @@ def test_lesson_file_is_offline_and_navigable(walks, tmp_path):
 
 
 def test_lesson_cli_writes_one_file_per_pattern_and_refuses_an_unknown_one(tmp_path, monkeypatch, capsys):
-    import optimus_lens.teach.walk
+    import optimus_lens.teach.lookup
     from optimus_lens.cli import main as cli
-    from optimus_lens.viz.lesson import main
 
-    monkeypatch.setattr(optimus_lens.teach.walk, "predefined", lambda: ["batch_tanh", "normalize_cat"])
-    assert main(["--all", "-o", str(tmp_path / "lessons"), "--repeats", "1"]) == 0
+    monkeypatch.setattr(optimus_lens.teach.lookup, "predefined", lambda: ["batch_tanh", "normalize_cat"])
+    assert cli(["lesson", "--all", "-o", str(tmp_path / "lessons"), "--repeats", "1"]) == 0
     assert sorted(p.name for p in (tmp_path / "lessons").iterdir()) == ["batch_tanh.html", "normalize_cat.html"]
     monkeypatch.undo()
     assert cli(["lesson", "batch_nope", "-o", str(tmp_path / "x.html")]) == 2
     err = capsys.readouterr().err
     assert "unknown pattern 'batch_nope'" in err and "batch_linear, batch_linear_lhs" in err
-    assert main(["batch_nope", "-o", str(tmp_path / "x.html")]) == 2
-    assert main(["-o", str(tmp_path / "x.html")]) == 2
+    assert cli(["lesson", "-o", str(tmp_path / "x.html")]) == 2
+    assert "give one PATTERN or --all" in capsys.readouterr().err
     assert not (tmp_path / "x.html").exists()
     assert cli(["lesson", "normalize_cat", "-o", str(tmp_path / "nc.html"), "--repeats", "1"]) == 0
     assert "normalize_cat" in (tmp_path / "nc.html").read_text()

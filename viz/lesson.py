@@ -16,15 +16,13 @@ search frames; the exercise's answer is behind a "Show the answer" button.
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from optimus_lens.core.trace import GraphSnapshot
-from optimus_lens.teach.walk import Frame, Search, Walkthrough
+from optimus_lens.teach.data import Frame, Search, Walkthrough
 from optimus_lens.viz.graph import Marks, _sizes, drawn_graph, emit, step_picture, trace_layout
 from optimus_lens.viz.layout import LAYOUT_BUDGET_S, Layout, bounded_layout, draw_pinned
 from optimus_lens.viz.viewer import VIEWER_CSS, VIEWER_JS, viewer_block
@@ -379,51 +377,6 @@ def write_lesson(w: Walkthrough, path: str | Path, text_scale: float = 1.0) -> i
     text = lesson_html(w, text_scale=text_scale)
     Path(path).write_text(text, encoding="utf-8")
     return len(text.encode())
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m optimus_lens.viz.lesson PATTERN -o FILE`` or ``--all -o DIR`` (what ``optimus lesson``
-    runs): exit status 0; 2 for an unknown pattern (the known ones listed), a missing
-    ``-o``, or an output that cannot be written."""
-    from optimus_lens.teach.walk import TeachError, predefined, walkthrough
-
-    ap = argparse.ArgumentParser(
-        prog="optimus lesson", description="Write a pattern's walkthrough as one self-contained offline HTML file."
-    )
-    ap.add_argument("pattern", nargs="?", help="a predefined pattern (see `optimus passes`)")
-    ap.add_argument(
-        "--all", action="store_true", help="every predefined pattern: -o is a directory, one PATTERN.html each"
-    )
-    ap.add_argument("-o", "--output", required=True, help="the HTML file (a directory with --all)")
-    ap.add_argument("--repeats", type=int, default=7, help="latency samples per graph (default 7)")
-    ap.add_argument("--text-scale", type=float, default=1.0, help="text and zoom scale (1.7 suits a projector)")
-    a = ap.parse_args(argv)
-    names = predefined()
-    if a.all == bool(a.pattern):
-        print("optimus lesson: give one PATTERN or --all; patterns: " + ", ".join(names), file=sys.stderr)
-        return 2
-    if a.repeats < 1:
-        print(f"optimus lesson: --repeats must be at least 1, not {a.repeats}", file=sys.stderr)
-        return 2
-    todo = names if a.all else [a.pattern]
-    try:
-        if a.all:
-            Path(a.output).mkdir(parents=True, exist_ok=True)
-        for name in todo:
-            out = Path(a.output) / f"{name}.html" if a.all else Path(a.output)
-            size = write_lesson(walkthrough(name, repeats=a.repeats), out, text_scale=a.text_scale)
-            print(f"wrote {out}: {size / 1e3:.0f} kB")
-    except TeachError as e:
-        print(f"optimus lesson: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"optimus lesson: cannot write {a.output}: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 __all__ = [

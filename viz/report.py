@@ -11,18 +11,14 @@ animates the change (nodes that moved slide, created ones fade in, erased ones f
 Size: the viewer's script and style are included once; each drawing is stored once, gzip-
 compressed and base64-encoded, and unpacked by the browser (``DecompressionStream``)
 when its step is first shown — recsys_towers' 12 steps make a file of about 0.4 MB.
-
-    python -m optimus_lens.viz TRACE.json -o report.html      (what `optimus report` runs)
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import gzip
 import html
 import json
-import sys
 from pathlib import Path
 
 from optimus_lens.core.trace import Trace
@@ -298,30 +294,3 @@ def write_report(trace: Trace, path: str | Path, **kw) -> int:
     text = html_report(trace, **kw)
     Path(path).write_text(text, encoding="utf-8")
     return len(text.encode())
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m optimus_lens.viz TRACE -o OUT``: exit status 0, or 2 when the trace cannot be read."""
-    from optimus_lens.core.trace import TraceFormatError
-
-    ap = argparse.ArgumentParser(prog="optimus report", description="Write a self-contained HTML report of a trace.")
-    ap.add_argument("trace", help="trace JSON written by `optimus run --trace` or the app")
-    ap.add_argument("-o", "--output", required=True, help="the HTML file to write")
-    ap.add_argument("--hops", type=int, default=HOPS, help=f"neighbourhood hops of big graphs' views (default {HOPS})")
-    a = ap.parse_args(argv)
-    try:
-        trace = Trace.load(a.trace)
-    except (OSError, TraceFormatError) as e:
-        print(f"optimus report: cannot read {a.trace}: {e}", file=sys.stderr)
-        return 2
-    try:
-        size = write_report(trace, a.output, hops=a.hops)
-    except OSError as e:
-        print(f"optimus report: cannot write {a.output}: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {a.output}: {size / 1e6:.2f} MB, {len(trace.steps)} steps")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

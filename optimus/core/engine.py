@@ -23,6 +23,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from optimus_lens.core import strides as _layout
 from optimus_lens.core import verify as _verify
+from optimus_lens.core.index import GraphIndex
 from optimus_lens.core.memo import graph_unchanged
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.pattern import BatchPattern, Pattern, RewritePattern, SearchOptions
@@ -31,12 +32,12 @@ from optimus_lens.core.record import Recording, RecordingListener, snapshot_grap
 from optimus_lens.core.rewriter import DirectMutation, InvalidGraph, LayoutCheck, Rewriter, SymbolicSize
 from optimus_lens.core.search import (
     CandidateSearch,
-    GraphIndex,
     KeyCache,
     downstream,
     global_groups,
     independent_subsets,
     is_search_root,
+    key_classes,
 )
 from optimus_lens.core.trace import Delta, Step, Trace, VerifyResult
 from optimus_lens.core.where import raised_in, source_of
@@ -321,27 +322,17 @@ class Engine:
     def _sweep_global(self, p: Pass, pattern: BatchPattern) -> Iterator[Step]:
         """One sweep of the global search (:func:`optimus_lens.core.search.global_groups`): every
         live node with users and a group key is a candidate; key classes of at least
-        ``min_fuse_set_size`` nodes, in graph order of their first member, are split into
-        independent groups, each fused as one step."""
+        ``min_fuse_set_size`` nodes, in graph order of their first member
+        (:func:`optimus_lens.core.search.key_classes`), are split into independent groups,
+        each fused as one step."""
         state = self._batch[pattern]
         cache, opts = state.cache, state.opts
         nodes = self._anchored(pattern.anchors) if pattern.anchors else list(self.gm.graph.nodes)
-        classes: dict = {}
         t_match = time.perf_counter()
         with graph_unchanged():
-            for n in nodes:
-                if n.users and not n._erased:
-                    k = self._key(pattern, cache, n, p)
-                    if k is not None:
-                        classes.setdefault(k, []).append(n)
-        pos = self.index.pos
-        todo = sorted(
-            (m for m in classes.values() if len(m) >= opts.min_fuse_set_size),
-            key=lambda m: min(map(pos.__getitem__, m)),
-        )
+            todo = key_classes(nodes, lambda n: self._key(pattern, cache, n, p), self.index, opts)
         skipped: set[Node] = set()  # members of groups the profit estimate refused
-        for members in todo:
-            k = cache[members[0]]
+        for k, members in todo:
 
             def still(n: Node, k=k) -> bool:
                 return not n._erased and n not in skipped and bool(n.users) and self._key(pattern, cache, n, p) == k

@@ -1,30 +1,36 @@
-"""Greedy candidate search and independent-subset grouping for BatchPatterns.
+"""The batch search: which nodes of a BatchPattern fuse together, group by group.
 
-The algorithm is upstream's (torch/_inductor/fx_passes/group_batch_fusion.py:
-``apply_group_batch_fusion``, ``get_fusion_candidates``,
-``find_independent_subset_greedy``): roots in reverse topological order; from each, a
-breadth-first search over producers up to ``max_fuse_search_depth`` buckets the
-matching nodes by group key (matches are not expanded); each bucket is packed greedily,
-first fit, into anti-chains (no member depends on another) of at most
-``max_fuse_set_size``; anti-chains of at least ``min_fuse_set_size`` are fused, the
-caller fusing each before the next is formed.
+Both searches bucket nodes by the pattern's group key and fuse only mutually independent
+nodes (none an ancestor of another); they differ in where they look.
 
-What differs is the bookkeeping, which keeps the search near-linear:
+* **The global search** (the default, ``SearchOptions.search="global"``):
+  :func:`key_classes` takes every live node with users and a group key; each class of
+  at least ``min_fuse_set_size`` nodes is split by :func:`global_groups` into groups of
+  mutually independent members, wherever they lie: the member depths
+  (:func:`member_depths`) cut the class into anti-chains, fused layer by layer, and a
+  maximum anti-chain (:func:`max_antichain`, Dilworth via König) is taken from the
+  leftovers.
+* **Upstream's bounded search** (``search="upstream"``; torch/_inductor/fx_passes/
+  group_batch_fusion.py: ``apply_group_batch_fusion``, ``get_fusion_candidates``,
+  ``find_independent_subset_greedy``): roots in reverse topological order; from each, a
+  breadth-first search over producers up to ``max_fuse_search_depth``
+  (:func:`fusion_candidates`) buckets the matching nodes by group key (matches are not
+  expanded); each bucket is packed greedily, first fit, into anti-chains of at most
+  ``max_fuse_set_size`` (:func:`independent_subsets`); anti-chains of at least
+  ``min_fuse_set_size`` are fused.
 
-* :class:`GraphIndex` keeps two numberings up to date after each step instead of
-  re-walking the graph: ``pos`` (list order, with gaps, so inserts and moves renumber
-  locally) and ``level`` (a height function: every edge goes from a lower to a higher
-  level, spaced by ``LEVEL_SLACK`` so a fusion's new chain fits under its users without
-  relabelling them).
-* An ancestor query never walks below the lowest level of the bucket it is asked
-  about, and reuses its work across the bucket (memoised per round). Upstream walks all
-  ancestors of every candidate.
-* After a step, :meth:`GraphIndex.repair` moves only the nodes that now precede one of
-  their inputs, so the graph stays topologically valid after every step without a sort.
-* :class:`KeyCache` computes each node's group key once per pass;
-  :class:`CandidateSearch` shares the search below single-input chains between roots;
-  :func:`downstream` finds the roots whose search a step can have changed, so the
-  engine re-searches only those (see ``Engine._run_pass``).
+Either way the caller fuses each group before the next is formed. The bookkeeping keeps
+the search near-linear: dependencies are read off the numberings of
+:class:`optimus_lens.core.index.GraphIndex`; an ancestor query never walks below the
+lowest level of the members it is asked about and reuses its work across them (upstream
+walks all ancestors of every candidate); :class:`KeyCache` computes each node's group
+key once per pass; :class:`CandidateSearch` shares the search below single-input chains
+between roots; :func:`downstream` finds the roots whose search a step can have changed,
+so the engine re-searches only those (see ``Engine._run_pass``).
+
+A :class:`SearchObserver` passed to the search functions is told each move as it is
+made (the lessons of :mod:`optimus_lens.teach.replay` are recorded this way); without
+one the search computes nothing for it.
 """
 
 from __future__ import annotations
@@ -33,220 +39,57 @@ import operator
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
 
-from torch.fx import Graph, Node
+from torch.fx import Node
 
-from optimus_lens.core.pattern import Miss, SearchOptions
-
-GAP = 1 << 32  # spacing of positions after a (re)numbering
-SPREAD = 1 << 12  # a relabelled window leaves at least this much room between neighbours
-LEVEL_SLACK = 16
-
-
-class GraphIndex:
-    """Position and level of every live node of ``graph``.
-
-    ``pos[n]`` increases along the node list; ``level[n] > level[i]`` for every input
-    ``i`` of ``n``. Call :meth:`update` after each step with the nodes it created,
-    erased and rewired.
-
-    Positions are integers with gaps (order-maintenance labels): a node placed between
-    two neighbours takes the midpoint; when there is no room, only a window of list
-    neighbours is relabelled evenly, the smallest (doubling) whose label range leaves
-    ``SPREAD`` between them, so many inserts at one spot relabel a few nodes now and
-    then instead of renumbering the graph. ``renumbers`` counts whole-graph
-    renumberings (only the first, today), ``relabels`` local ones and ``relabelled`` the
-    nodes they relabelled.
-    """
-
-    def __init__(self, graph: Graph):
-        self.graph = graph
-        self.pos: dict[Node, int] = {}
-        self.level: dict[Node, int] = {}
-        self.renumbers = 0
-        self.relabels = 0
-        self.relabelled = 0
-        self._renumber()
-        level = self.level
-        for n in graph.nodes:
-            level[n] = max((level[i] for i in n.all_input_nodes), default=-LEVEL_SLACK) + LEVEL_SLACK
-
-    def _renumber(self) -> None:
-        self.renumbers += 1
-        for i, n in enumerate(self.graph.nodes):
-            self.pos[n] = (i + 1) * GAP
-
-    def _place(self, n: Node) -> None:
-        """Give ``n`` a position between its list neighbours (which must be placed)."""
-        p, q = n.prev, n.next
-        lo = 0 if p.op == "root" else self.pos[p]
-        if q.op == "root":
-            self.pos[n] = lo + GAP
-            return
-        hi = self.pos[q]
-        if hi - lo >= 2:
-            self.pos[n] = (lo + hi) // 2
-        else:
-            self._spread(n, n)
-
-    def _spread(self, first: Node, last: Node) -> None:
-        """Relabel the nodes from ``first`` to ``last`` (a contiguous run of the list, not
-        necessarily placed) and as few neighbours as needed, evenly, leaving at least
-        ``SPREAD`` between consecutive labels."""
-        pos = self.pos
-        count = 1
-        m = first
-        while m is not last:
-            m = m.next
-            count += 1
-        grow = max(count, 8)
-        while True:
-            # widen the window by ``grow`` placed neighbours on each side
-            for _ in range(grow):
-                if first.prev.op == "root":
-                    break
-                first = first.prev
-                count += 1
-            for _ in range(grow):
-                if last.next.op == "root":
-                    break
-                last = last.next
-                count += 1
-            # the window's bounds must be placed nodes (or the list's ends)
-            while first.prev.op != "root" and first.prev not in pos:
-                first = first.prev
-                count += 1
-            while last.next.op != "root" and last.next not in pos:
-                last = last.next
-                count += 1
-            lo = 0 if first.prev.op == "root" else pos[first.prev]
-            if last.next.op == "root":  # the end of the list has room for anything
-                hi = lo + (count + 1) * GAP
-                break
-            hi = pos[last.next]
-            if hi - lo >= (count + 1) * SPREAD:
-                break
-            grow *= 2
-        self.relabels += 1
-        self.relabelled += count
-        step = (hi - lo) // (count + 1)
-        m = first
-        for k in range(1, count + 1):
-            pos[m] = lo + k * step
-            m = m.next
-
-    def update(self, created: Iterable[Node], erased: Iterable[Node], rewired: Iterable[Node]) -> int:
-        """Bring the index up to date after one step and repair the list order.
-
-        Created nodes get a position from their neighbours and a level from their inputs;
-        then :meth:`repair` moves every created or rewired node that precedes an input.
-        Returns the number of nodes moved.
-        """
-        pos = self.pos
-        for n in erased:
-            pos.pop(n, None)
-            self.level.pop(n, None)
-        created = [n for n in created if not n._erased]
-        # place runs of new nodes between placed neighbours, in list order
-        for n in created:
-            if n in pos:
-                continue
-            first = n
-            while first.prev.op != "root" and first.prev not in pos:
-                first = first.prev
-            run = []
-            m = first
-            while m.op != "root" and m not in pos:
-                run.append(m)
-                m = m.next
-            lo = 0 if first.prev.op == "root" else pos[first.prev]
-            if m.op == "root":
-                for k, r in enumerate(run):
-                    pos[r] = lo + (k + 1) * GAP
-            elif pos[m] - lo > len(run):
-                step = (pos[m] - lo) // (len(run) + 1)
-                for k, r in enumerate(run):
-                    pos[r] = lo + (k + 1) * step
-            else:
-                self._spread(run[0], run[-1])
-        for n in created:
-            self._set_level(n)
-        return self.repair([*created, *(r for r in rewired if not r._erased)])
-
-    def _set_level(self, n: Node) -> None:
-        stack = [n]
-        level = self.level
-        while stack:
-            m = stack[-1]
-            missing = [i for i in m.all_input_nodes if i not in level]
-            if missing:
-                stack.extend(missing)
-                continue
-            stack.pop()
-            if m not in level:
-                level[m] = max((level[i] for i in m.all_input_nodes), default=-1) + 1
-
-    def repair(self, nodes: Iterable[Node]) -> int:
-        """Restore a topological list order and the level invariant after a step.
-
-        Order: nodes are taken first in, first out from ``nodes``; one that precedes its
-        latest input is moved to just after that input, and its users are queued
-        (forward moves only, so this terminates). Levels: a node not above all of its
-        inputs is raised to one more than the highest, and its users are re-checked.
-        Returns the number of moves."""
-        pos, level = self.pos, self.level
-        nodes = list(nodes)
-        moved: list[Node] = []
-        work = deque(nodes)
-        for v, inputs in _with_inputs(work):
-            latest = max(inputs, key=pos.__getitem__)
-            if pos[latest] >= pos[v]:
-                latest.append(v)
-                self._place(v)
-                moved.append(v)
-                work.extend(v.users)
-        work = deque(nodes)
-        work.extend(moved)
-        for v, inputs in _with_inputs(work):
-            top = max(level[i] for i in inputs)
-            if level[v] <= top:
-                level[v] = top + 1
-                work.extend(v.users)
-        return len(moved)
-
-    def check(self) -> None:
-        """Assert both numberings are consistent with the graph (tests call this)."""
-        last = -1
-        count = 0
-        for n in self.graph.nodes:
-            count += 1
-            assert self.pos[n] > last, f"pos out of order at {n}"
-            last = self.pos[n]
-            for i in n.all_input_nodes:
-                assert self.pos[i] < self.pos[n], f"{i} is after its user {n}"
-                assert self.level[i] < self.level[n], f"level of {i} >= level of its user {n}"
-        assert count == len(self.pos) == len(self.level), "index holds erased nodes"
-
-
-def _with_inputs(work: deque) -> Iterator[tuple[Node, list[Node]]]:
-    """Pop ``work`` first in, first out (the caller may append while iterating), yielding
-    each live node that has inputs, with its inputs."""
-    while work:
-        v = work.popleft()
-        if v._erased or v.op == "root":
-            continue
-        inputs = v.all_input_nodes
-        if inputs:
-            yield v, inputs
-
+from optimus_lens.core.index import GraphIndex
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import SearchOptions
 
 KeyFn = Callable[[Node], "Hashable | Miss"]
 
+#: why :func:`key_classes` leaves a node out when its key is None (no reason given)
+NO_KEY = Miss("no match")
+#: why :func:`key_classes` leaves out a node with a key but no users
+UNUSED = Miss("its output is unused (only nodes with users are candidates)")
 
-def fusion_candidates(root: Node, key: KeyFn, depth: int, exclude_getitem: bool = True) -> dict[Hashable, list[Node]]:
+
+class SearchObserver:
+    """Told each move of a search as it is made, to show the search (a lesson's frames,
+    :mod:`optimus_lens.teach.replay`); every method does nothing here. Pass one as
+    ``observer`` to :func:`key_classes`, :func:`fusion_candidates`,
+    :func:`independent_subsets` or :func:`global_groups`; with the default None the
+    search computes nothing for it and finds the same groups either way."""
+
+    def on_left_out(self, node: Node, reason: Miss) -> None:
+        """:func:`key_classes`: ``node`` is no candidate, for ``reason`` (the key's
+        :class:`Miss`, ``NO_KEY``, or ``UNUSED``)."""
+
+    def on_classes(self, classes: dict[Hashable, list[Node]]) -> None:
+        """:func:`key_classes`: every key class, too small ones too, in order of first
+        member, each in the order of the nodes given."""
+
+    def on_visit(self, depth: int, node: Node, key: Hashable | None) -> None:
+        """:func:`fusion_candidates`: ``node``, ``depth`` producer hops from the root, was
+        examined; ``key`` is its group key (it is bucketed and not walked through) or None
+        (it does not match: walked through while under the depth limit)."""
+
+    def on_round(self, subset: list[Node], waiting: dict[Node, str]) -> None:
+        """:func:`independent_subsets`: one first-fit round took ``subset`` (yielded when it
+        has at least ``min_fuse_set_size`` members, else dropped); every other node of the
+        round waits for the next, for the reason given."""
+
+    def on_depths(self, depths: dict[Node, int], above: dict[Node, frozenset[Node]]) -> None:
+        """:func:`global_groups`: one round's member depths (:func:`member_depths`) and, per
+        member, the members that are its ancestors (:func:`member_ancestors`)."""
+
+
+def fusion_candidates(
+    root: Node, key: KeyFn, depth: int, exclude_getitem: bool = True, observer: SearchObserver | None = None
+) -> dict[Hashable, list[Node]]:
     """Nodes within ``depth`` producer hops of ``root`` bucketed by group key, in BFS
     order (nearest first, then argument order). Matching nodes are not expanded; a
     getitem root yields nothing (upstream's ``SEARCH_EXCLUSIONS``) unless
-    ``exclude_getitem`` is False."""
+    ``exclude_getitem`` is False. ``observer.on_visit`` sees every node examined, in order."""
     if exclude_getitem and root.op == "call_function" and root.target is operator.getitem:
         return {}
     buckets: dict[Hashable, list[Node]] = {}
@@ -258,7 +101,12 @@ def fusion_candidates(root: Node, key: KeyFn, depth: int, exclude_getitem: bool 
         k = key(n)
         if k is not None and not isinstance(k, Miss):
             buckets.setdefault(k, []).append(n)
-        elif d < depth:
+            if observer is not None:
+                observer.on_visit(d, n, k)
+            continue
+        if observer is not None:
+            observer.on_visit(d, n, None)
+        if d < depth:
             for m in n.all_input_nodes:
                 if m not in seen:
                     seen.add(m)
@@ -368,6 +216,37 @@ class CandidateSearch:
                 memo.pop((n, d), None)
 
 
+def key_classes(
+    nodes: Iterable[Node], key: KeyFn, index: GraphIndex, opts: SearchOptions, observer: SearchObserver | None = None
+) -> list[tuple[Hashable, list[Node]]]:
+    """The global search's candidates: each live node of ``nodes`` that has users and a
+    group key (``key(n)`` neither None nor a :class:`Miss`), bucketed by key (members in
+    the order of ``nodes``). Returns (key, members) for the classes of at least
+    ``min_fuse_set_size`` members, in graph order of their first member: the order the
+    engine fuses them in. With an ``observer``, nodes without users are keyed too, so
+    that each node left out is reported with its reason (``on_left_out``), then every
+    class (``on_classes``)."""
+    classes: dict[Hashable, list[Node]] = {}
+    for n in nodes:
+        if n._erased or (observer is None and not n.users):
+            continue
+        k = key(n)
+        if k is None or isinstance(k, Miss):
+            if observer is not None:
+                observer.on_left_out(n, NO_KEY if k is None else k)
+            continue
+        if not n.users:
+            if observer is not None:
+                observer.on_left_out(n, UNUSED)
+            continue
+        classes.setdefault(k, []).append(n)
+    if observer is not None:
+        observer.on_classes(classes)
+    pos = index.pos
+    big = [(k, ms) for k, ms in classes.items() if len(ms) >= opts.min_fuse_set_size]
+    return sorted(big, key=lambda km: min(map(pos.__getitem__, km[1])))
+
+
 def _ancestors_in(
     n: Node, members: set[Node], floor: int, level: dict[Node, int], memo: dict[Node, frozenset]
 ) -> frozenset:
@@ -396,13 +275,25 @@ def _ancestors_in(
     return memo[n]
 
 
-def independent_subsets(nodes: list[Node], index: GraphIndex, opts: SearchOptions) -> Iterator[list[Node]]:
+def member_ancestors(members: list[Node], index: GraphIndex) -> dict[Node, frozenset[Node]]:
+    """For each of ``members`` (in that order): the members that are its strict ancestors.
+    Walks only nodes at or above the lowest member's level, each once."""
+    memo: dict[Node, frozenset] = {}
+    floor = min(index.level[n] for n in members)
+    member = set(members)
+    return {v: _ancestors_in(v, member, floor, index.level, memo) for v in members}
+
+
+def independent_subsets(
+    nodes: list[Node], index: GraphIndex, opts: SearchOptions, observer: SearchObserver | None = None
+) -> Iterator[list[Node]]:
     """Greedy first-fit anti-chains of ``nodes`` (upstream's
     ``find_independent_subset_greedy``): each yielded list has between
     ``min_fuse_set_size`` and ``max_fuse_set_size`` members, none an ancestor of
     another, in candidate order. The caller may fuse each subset before asking for the
     next: dependencies are recomputed on the mutated graph. Nodes of a round that
-    formed too small a subset are dropped, as upstream does. Erased nodes are skipped."""
+    formed too small a subset are dropped, as upstream does. Erased nodes are skipped.
+    ``observer.on_round`` sees every round, with why each node not taken waits."""
     node_list = [n for n in dict.fromkeys(nodes) if not n._erased]
     while node_list:
         members = set(node_list)
@@ -412,9 +303,15 @@ def independent_subsets(nodes: list[Node], index: GraphIndex, opts: SearchOption
         chosen: set[Node] = set()
         chosen_deps: set[Node] = set()
         next_round: list[Node] = []
+        waiting: dict[Node, str] | None = None if observer is None else {}
         for n in node_list:
             if len(subset) >= opts.max_fuse_set_size or n in chosen_deps:
                 next_round.append(n)
+                if waiting is not None:
+                    full = len(subset) >= opts.max_fuse_set_size
+                    waiting[n] = (
+                        f"the subset is full ({opts.max_fuse_set_size})" if full else "a chosen member depends on it"
+                    )
                 continue
             deps = _ancestors_in(n, members, floor, index.level, memo)
             if chosen.isdisjoint(deps):
@@ -423,6 +320,10 @@ def independent_subsets(nodes: list[Node], index: GraphIndex, opts: SearchOption
                 chosen_deps |= deps
             else:
                 next_round.append(n)
+                if waiting is not None:
+                    waiting[n] = f"depends on chosen {', '.join(sorted(m.name for m in deps & chosen))}"
+        if observer is not None and waiting is not None:
+            observer.on_round(subset, waiting)
         if len(subset) >= opts.min_fuse_set_size:
             yield subset
             next_round = [n for n in next_round if not n._erased]
@@ -470,12 +371,9 @@ def max_antichain(members: list[Node], index: GraphIndex) -> list[Node]:
     comparable pairs."""
     if len(members) < 2:
         return list(members)
-    memo: dict[Node, frozenset] = {}
-    floor = min(index.level[n] for n in members)
-    member = set(members)
     below: dict[Node, list[Node]] = {n: [] for n in members}  # u -> members u is an ancestor of
-    for v in members:
-        for u in _ancestors_in(v, member, floor, index.level, memo):
+    for v, above in member_ancestors(members, index).items():
+        for u in above:
             below[u].append(v)
     match_right: dict[Node, Node] = {}  # right copy v -> left copy u matched to it
     match_left: dict[Node, Node] = {}
@@ -551,7 +449,11 @@ def chunks(group: list[Node], opts: SearchOptions) -> list[list[Node]]:
 
 
 def global_groups(
-    members: list[Node], index: GraphIndex, opts: SearchOptions, still: Callable[[Node], bool]
+    members: list[Node],
+    index: GraphIndex,
+    opts: SearchOptions,
+    still: Callable[[Node], bool],
+    observer: SearchObserver | None = None,
 ) -> Iterator[list[Node]]:
     """Groups of mutually independent nodes of one key class (``members``, any order),
     each of ``min_fuse_set_size`` to ``max_fuse_set_size`` nodes, until
@@ -566,13 +468,15 @@ def global_groups(
     too small to fuse are left over; if enough are left, a maximum anti-chain of them
     (:func:`max_antichain`) is the next group. Classes of more than ``EXACT_LIMIT``
     leftovers get a greedy first-fit anti-chain instead of a maximum one. Each group is
-    in :func:`group_order`."""
+    in :func:`group_order`. ``observer.on_depths`` sees each round's member depths."""
     pos = index.pos
     left = sorted((n for n in dict.fromkeys(members) if still(n)), key=pos.__getitem__)
     while len(left) >= opts.min_fuse_set_size:
         fused = False
         layers: dict[int, list[Node]] = {}
         depths = member_depths(left, index)
+        if observer is not None:
+            observer.on_depths(depths, member_ancestors(left, index))
         for n, d in depths.items():
             layers.setdefault(d, []).append(n)
         for d in sorted(layers):

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from torch.fx import GraphModule, Node
 
 from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
+from optimus_lens.core.index import GraphIndex
 from optimus_lens.core.memo import graph_unchanged
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.pattern import BatchPattern, RewritePattern, why_not
 from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.core.record import target_name
-from optimus_lens.core.search import GraphIndex, fusion_candidates, is_search_root, max_antichain
+from optimus_lens.core.search import fusion_candidates, is_search_root, max_antichain
 from optimus_lens.core.trace import Step
 
 LIST = 6  # node names listed in a reason before "..."

@@ -1,6 +1,10 @@
-"""``DIR/summary.html`` of a sweep: one sortable, filterable table row per run.
+"""A sweep's rows as a table: ``DIR/summary.html`` (one sortable, filterable table row per
+run, written by ``optimus sweep`` after every row) and :func:`table_row` (a row flattened
+for the app's Sweep page).
 
-Self-contained and offline: a few lines of inline JavaScript sort by any column (click
+The rows are the plain dicts of ``DIR/results.jsonl`` (their fields:
+:mod:`optimus_lens.sweep.task`); nothing here imports the sweep. The page is
+self-contained and offline: a few lines of inline JavaScript sort by any column (click
 its header; numbers numerically, empty cells last) and filter rows by text. Each row
 links the run's trace (JSON, opened by ``optimus show`` or the app) and its HTML report
 (or, where none was written, says the ``optimus report`` command that writes it).
@@ -174,7 +178,8 @@ def table_row(row: dict) -> dict:
 
 
 def summary_html(rows: list[dict], configs: list | None = None, title: str = "Optimus Lens sweep") -> str:
-    """The whole summary page: counts per status, the configs, the table of ``rows``."""
+    """The whole summary page: counts per status, the configs (JSON objects, or objects
+    with ``to_json()``), the table of ``rows``."""
     from collections import Counter
 
     counts = Counter(r.get("status") for r in rows)

@@ -1,0 +1,69 @@
+"""``optimus bisect MODEL``: the first step whose graph no longer matches the original
+(a binary search over the replayed steps)."""
+
+from __future__ import annotations
+
+import argparse
+
+from optimus_lens.cli.errors import EXIT_OK, EXIT_VERIFY, input_errors
+from optimus_lens.cli.options import GRADS, PASSES, SKIP, SOURCE, TRACE_OUT, names_arg
+from optimus_lens.cli.text import verify_text
+
+
+def add_parsers(sub) -> None:
+    """Add ``bisect`` to the subcommands ``sub``."""
+    bi = sub.add_parser(
+        "bisect",
+        help="find the first step whose graph no longer matches the original (binary search over the replayed steps)",
+        parents=[SOURCE, PASSES, SKIP, GRADS, TRACE_OUT],
+    )
+    bi.add_argument(
+        "--verify",
+        choices=["off", "step"],
+        default="off",
+        help="off (default): run unverified, then check O(log steps) replayed graphs; "
+        "step: verify every step while running and report the first failure",
+    )
+    bi.set_defaults(fn=cmd_bisect)
+
+
+def cmd_bisect(a: argparse.Namespace) -> int:
+    """Run the pipeline, then print the graphs checked and the first failing step (exit 1),
+    or that every step matches (exit 0); with ``--trace``, the diff and repro commands next."""
+    from optimus_lens.debug.bisect import bisect_trace, first_failing
+    from optimus_lens.frontend.run import optimize
+
+    with input_errors():
+        res = optimize(
+            a.model,
+            passes=names_arg(a.passes),
+            skip=names_arg(a.skip),
+            verify=a.verify,
+            grads=a.grads,
+            capture_method=a.capture,
+            graph_index=a.graph,
+        )
+    t = res.trace
+    if a.trace:
+        t.save(a.trace)
+    with input_errors():  # RebuildError: a step that cannot be replayed
+        b = first_failing(t) if a.verify == "step" else bisect_trace(t, res.captured.example_inputs, a.grads)
+    if b.direct:
+        print(f"{len(t.steps)} steps, each verified as it was applied")
+    else:
+        print(
+            f"{b.steps} steps; checked {len(b.probes)} replayed graph(s) against the original (at most {b.max_probes}):"
+        )
+        for k, v in b.probes:
+            print(f"  after step {k:4d}: {verify_text(v)} {v.message.splitlines()[0] if v.message else ''}".rstrip())
+    if b.first_bad is None:
+        print(b.message)
+        return EXIT_OK
+    s = t.step(b.first_bad)
+    print(
+        f"first failing step: {s.index} ({s.pass_name} / {s.pattern}) at {', '.join(s.sites[:8])}"
+        + (" ..." if len(s.sites) > 8 else "")
+    )
+    if a.trace:
+        print(f"next: optimus diff {a.trace} --step {s.index}; optimus repro {a.trace} --step {s.index} -o repro.py")
+    return EXIT_VERIFY

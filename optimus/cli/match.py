@@ -1,0 +1,61 @@
+"""``optimus match MODEL --pattern-file F``: where a pattern file's patterns match a model's
+graph, and the near misses, changing nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from optimus_lens.cli.errors import EXIT_OK, PatternRaised, input_errors
+from optimus_lens.cli.options import SOURCE
+
+
+def add_parsers(sub) -> None:
+    """Add ``match`` to the subcommands ``sub``."""
+    m = sub.add_parser(
+        "match",
+        help="preview where a pattern file's patterns match a model's graph, changing nothing",
+        parents=[SOURCE],
+    )
+    m.add_argument("--pattern-file", required=True, help="the pattern file (see docs/pattern-lab.md)")
+    m.add_argument("--misses", type=int, default=10, help="near misses to print per pattern (default: 10)")
+    m.add_argument("--json", help="write the matches and near misses as JSON here")
+    m.add_argument("--trace", help="write the graph the patterns were matched on as a trace with no steps")
+    m.set_defaults(fn=cmd_match)
+
+
+def cmd_match(a: argparse.Namespace) -> int:
+    """Print each pattern's matches and its first ``--misses`` near misses (node and reason).
+    Raises PatternRaised when a pattern raises while matching."""
+    from optimus_lens.frontend.capture import capture
+    from optimus_lens.frontend.patternfile import PatternPreviewError, load_pattern_file, preview
+    from optimus_lens.frontend.run import load_model
+
+    with input_errors():
+        pf = load_pattern_file(a.pattern_file)
+        model, inputs, _ = load_model(a.model)
+        gm = capture(model, inputs, method=a.capture, graph_index=a.graph).gm
+    try:
+        found = preview(gm, pf.patterns)
+    except PatternPreviewError as e:
+        raise PatternRaised(str(e)) from e
+    for p in pf.patterns:
+        mine = [m for m in found.matches if m.pattern == p.name]
+        near = [m for m in found.near_misses if m.pattern == p.name]
+        print(f"{p.name}  ({p.source}): {len(mine)} match(es), {len(near)} near miss(es)")
+        for m in mine:
+            print(f"  match at {m.anchor}: {', '.join(m.sites)}")
+        for m in near[: a.misses]:
+            print(f"  no match at {m.node}: {m.reason}")
+        if len(near) > a.misses:
+            print(f"  ... {len(near) - a.misses} more near misses (--misses N shows more)")
+    print(f"\n{len(found.matches)} match(es) in {len(gm.graph.nodes)} nodes; the graph is unchanged")
+    if a.json:
+        Path(a.json).write_text(json.dumps(found.to_json(), indent=1))
+    if a.trace:
+        from optimus_lens.core.record import snapshot_graph
+        from optimus_lens.core.trace import Trace
+
+        Trace(model=a.model, initial_graph=snapshot_graph(gm.graph)).save(a.trace)
+    return EXIT_OK

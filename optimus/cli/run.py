@@ -1,0 +1,115 @@
+"""``optimus run MODEL``: capture a model, run the pipeline (one recorded step per match),
+print the step table, optionally write the trace."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from optimus_lens.cli.errors import EXIT_OK, EXIT_VERIFY, input_errors
+from optimus_lens.cli.options import GRADS, PASSES, PATTERN_FILE, SEARCH, SKIP, SOURCE, TRACE_OUT, VERIFY, names_arg
+from optimus_lens.cli.text import samples_text, steps_table, verify_text
+
+#: the epilog of ``optimus run --help``, replaced by the sample list when help is printed
+SAMPLES_EPILOG = "(the sample models)"
+
+
+class SamplesEpilog(argparse.RawDescriptionHelpFormatter):
+    """Help with the sample list as its epilog, read only when help is printed (listing the
+    samples imports torch, which every other use of the parser can do without)."""
+
+    def add_text(self, text: str | None) -> None:
+        super().add_text(samples_text() if text == SAMPLES_EPILOG else text)
+
+
+def add_parsers(sub) -> None:
+    """Add ``run`` to the subcommands ``sub``."""
+    r = sub.add_parser(
+        "run",
+        help="capture a model and run the Optimus pipeline, one recorded step per match",
+        epilog=SAMPLES_EPILOG,
+        formatter_class=SamplesEpilog,
+        parents=[SOURCE, PASSES, SKIP, VERIFY, GRADS, TRACE_OUT, SEARCH, PATTERN_FILE],
+    )
+    r.add_argument(
+        "--profitable-only",
+        action="store_true",
+        help="skip fusions whose estimated effect per call is a slowdown (optimus_lens.passes.profit)",
+    )
+    r.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print each pass's estimated effect per call (kernels saved, bytes copied)",
+    )
+    r.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="capture with dynamic shapes (Dynamo); verification also runs a second input shape",
+    )
+    r.add_argument(
+        "--on-error",
+        choices=["skip", "stop"],
+        default="skip",
+        dest="on_error",
+        help="a step that raises or leaves the graph invalid is rolled back; then go on without "
+        "that pattern at that site (default) or stop",
+    )
+    r.set_defaults(fn=cmd_run)
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    """Print the step table, the node counts per pass, the estimates (``--estimate``) and the
+    final verification; write the trace (``--trace``). Exit 1 when a step failed verification
+    or was rolled back (each rolled-back step is named on stderr) or the final graph fails."""
+    from optimus_lens.frontend.patternfile import load_pattern_file, pipeline_with
+    from optimus_lens.frontend.run import optimize
+    from optimus_lens.passes import default_pipeline
+
+    with input_errors():
+        pipeline = default_pipeline(search=a.search, profitable_only=a.profitable_only)
+        passes = names_arg(a.passes)
+        if a.pattern_file:
+            pipeline, passes = pipeline_with(load_pattern_file(a.pattern_file), passes, base=pipeline), None
+        res = optimize(
+            a.model,
+            passes=passes,
+            skip=names_arg(a.skip),
+            verify=a.verify,
+            grads=a.grads,
+            capture_method=a.capture,
+            graph_index=a.graph,
+            pipeline=pipeline,
+            on_capture=lambda c: print(c.summary(), file=sys.stderr),
+            dynamic=a.dynamic,
+            on_error=a.on_error,
+        )
+    t = res.trace
+    print(steps_table(t))
+    print(
+        f"\nnodes: {t.nodes_before} -> {t.nodes_after} in {len(t.steps)} steps "
+        f"({', '.join(f'{p}: {len(t.steps_of_pass(p))}' for p in dict.fromkeys(s.pass_name for s in t.steps)) or 'nothing matched'})"
+    )
+    if t.steps and a.estimate:
+        from optimus_lens.passes.profit import pass_estimates
+
+        print("estimated effect per call (optimus_lens.passes.profit; CPU eager constants):")
+        for name, e in pass_estimates(t).items():
+            print(f"  {name:28s} {e.text()}")
+    if t.final_verify is not None and t.final_verify.ok is not None:
+        print(f"verify ({a.verify}): {verify_text(t.final_verify)} {t.final_verify.message}".rstrip())
+    if a.trace:
+        n = t.save(a.trace)
+        print(f"trace written to {a.trace} ({n:,} bytes)")
+    failed = t.failed_steps() or ([] if not t.final_verify or t.final_verify.ok is not False else [None])
+    for s in t.steps:
+        if s.error:
+            print(
+                f"optimus: step {s.index} ({s.pattern} at {', '.join(s.sites[:4])}) was rolled back: "
+                f"{s.error['kind']}: {s.error['type']}: {s.error['message']} [{s.error['source']}]",
+                file=sys.stderr,
+            )
+    if failed:
+        which = ", ".join(str(s.index) for s in failed if s is not None) or "the final graph"
+        print(f"optimus: verification failed or rolled back at step(s) {which}", file=sys.stderr)
+        return EXIT_VERIFY
+    return EXIT_OK
