@@ -170,7 +170,7 @@ def bench(
 ) -> LabResult:
     """Time the captured graph against the graph after the source's pass (``optimus bench
     --pattern-file ... --passes NAME``, one thread), in the child process; the stages'
-    JSON is in ``extra["bench"]`` (see :meth:`optimus_lens.perf.bench.BenchResult.to_json`)."""
+    JSON is in ``extra["bench"]`` (see :meth:`optimus_lens.perf.timings.BenchResult.to_json`)."""
     stem = _file_name(name)
     code, log, outs, secs, _ = _run(
         [

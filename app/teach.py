@@ -18,7 +18,7 @@ from __future__ import annotations
 import streamlit as st
 
 from optimus_lens import viz
-from optimus_lens.core.pattern import get
+from optimus_lens.passes import pattern_named
 from optimus_lens.teach.lookup import predefined
 from optimus_lens.teach.walk import walkthrough
 from optimus_lens.viz.lesson import (
@@ -37,7 +37,7 @@ GRAPH_HEIGHT = 540  # px of a slide's drawing: beside the text, above the fold a
 
 @st.cache_resource(show_spinner="Running the pattern on its teaching model and timing it …", max_entries=64)
 def _walk(pattern: str, search: str):
-    return walkthrough(pattern, repeats=REPEATS, search=search if get(pattern).kind == "batch" else None)
+    return walkthrough(pattern, repeats=REPEATS, search=search if pattern_named(pattern).kind == "batch" else None)
 
 
 @st.cache_resource(show_spinner="Drawing the lesson …", max_entries=64)
@@ -132,9 +132,9 @@ def page() -> None:
         names,
         key="teach_pattern",
         on_change=_on_pattern,
-        format_func=lambda n: f"{n} — {get(n).description}",
+        format_func=lambda n: f"{n} — {pattern_named(n).description}",
     )
-    is_batch = get(pattern).kind == "batch"
+    is_batch = pattern_named(pattern).kind == "batch"
     search = c2.radio(
         "Search",
         ["global", "upstream"],

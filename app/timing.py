@@ -16,7 +16,7 @@ import streamlit as st
 
 from optimus_lens import viz
 from optimus_lens.app import state as S
-from optimus_lens.perf.bench import MODES
+from optimus_lens.perf.timings import MODES
 
 
 def _measure(

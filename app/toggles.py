@@ -1,7 +1,7 @@
 """Pass toggles that behave: a pass panel that stays open, a stale marker while the
 selection differs from the trace on screen, and, after a run, the nearest step of the
 pass that was on screen. Which passes run: ours (the Optimus Lens pipeline) or PyTorch
-Inductor's own pre-grad passes (:func:`optimus_lens.frontend.run.observe`).
+Inductor's own pre-grad passes (:func:`optimus_lens.inductor.observe.observe`).
 
 The decisions are plain functions of the trace and the selection (tested directly);
 ``pass_panel`` and ``stale_marker`` draw them.

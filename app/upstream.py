@@ -1,5 +1,5 @@
 """The "PyTorch Inductor passes" source: record upstream's pre-grad passes on the model
-(:func:`optimus_lens.frontend.run.observe`, each step verified) and show the trace like one of ours."""
+(:func:`optimus_lens.inductor.observe.observe`, each step verified) and show the trace like one of ours."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def run_upstream(
     """Observe upstream's passes ``passes`` (``pre_grad_fusion_options`` names, each
     with upstream's default options) on ``spec``; on success show the trace and return
     True, on failure record the error in ``state`` and keep the old trace."""
-    from optimus_lens.frontend.run import observe
+    from optimus_lens.inductor.observe import observe
 
     options = {name: {} for name in passes}
     with st.status(f"Running PyTorch Inductor's pre-grad passes on {spec} …", expanded=False) as status:

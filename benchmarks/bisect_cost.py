@@ -30,8 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from search_scale import build_towers  # noqa: E402
 
-from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module  # noqa: E402
-from optimus_lens.core.pattern import Match, Miss, RewritePattern  # noqa: E402
+from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module  # noqa: E402
+from optimus_lens.core.miss import Miss  # noqa: E402
+from optimus_lens.core.pattern import Match, RewritePattern  # noqa: E402
+from optimus_lens.core.pipeline import Pass, Pipeline  # noqa: E402
 from optimus_lens.debug.bisect import bisect_trace  # noqa: E402
 from optimus_lens.passes import default_pipeline  # noqa: E402
 

@@ -24,7 +24,7 @@ then for every pass that made a step its estimated effect (:mod:`optimus_lens.pa
 the measured one (the median per-round ratio to the stage before, as a time saved per
 call, with its p10..p90) and how often the two have the same sign, over all passes and
 over those whose measured effect is beyond the noise (p10..p90 of the ratio excludes 1);
-passes flagged as slowdowns (:attr:`optimus_lens.perf.bench.StageTiming.slowdown`) are marked.
+passes flagged as slowdowns (:attr:`optimus_lens.perf.timings.StageTiming.slowdown`) are marked.
 With ``--json``, the raw figures. Run::
 
     .venv/bin/python benchmarks/real_models.py --repeats 60
@@ -51,9 +51,9 @@ from optimus_lens.frontend.capture import capture  # noqa: E402
 from optimus_lens.inductor.observe import run_upstream  # noqa: E402
 from optimus_lens.passes import default_pipeline  # noqa: E402
 from optimus_lens.passes.profit import pass_estimates  # noqa: E402
-from optimus_lens.perf.bench import Stage  # noqa: E402
 from optimus_lens.perf.bench import measure as measure_stages
 from optimus_lens.perf.prepack import prepack  # noqa: E402
+from optimus_lens.perf.timings import Stage  # noqa: E402
 
 UPSTREAM_OPTIONS = {
     "normalization_pass": {},

@@ -5,7 +5,7 @@ import json
 from streamlit.testing.v1 import AppTest
 
 SCRIPT = """
-from optimus_lens.perf.bench import BenchResult, StageTiming
+from optimus_lens.perf.timings import BenchResult, StageTiming
 from optimus_lens.app.timing import show_result
 
 b = BenchResult("cpu", "wall-clock", [

@@ -12,10 +12,12 @@ from torch import nn
 
 from optimus_lens import sample_models
 from optimus_lens.core import meta
-from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.core.engine import Engine, RunOptions
 from optimus_lens.core.pattern import REGISTRY
+from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.frontend.capture import capture
 from optimus_lens.passes import default_pipeline, upstream_pipeline
+from optimus_lens.passes.profit import group_estimate
 
 
 def _run(model, inputs, pipe=None):
@@ -69,7 +71,7 @@ def test_upstream_pipeline_never_runs_it():
 
 
 def _one(name):
-    return Pipeline([Pass(name, [REGISTRY[name]])])
+    return Pipeline([Pass(name, [REGISTRY[name]], estimate=group_estimate)])
 
 
 def _targets(gm, *fns):

@@ -17,8 +17,10 @@ from torch import nn
 
 import optimus_lens.passes  # noqa: F401  (registers the shipped patterns)
 from optimus_lens import sample_models
-from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions
-from optimus_lens.core.pattern import REGISTRY, SearchOptions, is_miss
+from optimus_lens.core.engine import Engine, RunOptions
+from optimus_lens.core.miss import is_miss
+from optimus_lens.core.pattern import REGISTRY, SearchOptions
+from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.core.record import module_path
 from optimus_lens.frontend.capture import capture
 from optimus_lens.passes import BATCH_PASSES

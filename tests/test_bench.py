@@ -7,7 +7,9 @@ import torch
 
 import optimus_lens.perf.bench as bench
 from optimus_lens.cli import main
-from optimus_lens.perf.bench import BenchResult, Stage, StageTiming, bench_pipeline, measure, upstream_options
+from optimus_lens.perf.bench import bench_pipeline, measure
+from optimus_lens.perf.stages import upstream_options
+from optimus_lens.perf.timings import BenchResult, Stage, StageTiming
 
 
 def _gm(scale: float):

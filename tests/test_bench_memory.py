@@ -50,7 +50,7 @@ def test_bench_measures_every_stage_side_by_side_with_baseline_speedup_one():
 
 
 def test_bench_table_fits_long_stage_names_and_flags_noisy_timings():
-    from optimus_lens.perf.bench import BenchResult, StageTiming
+    from optimus_lens.perf.timings import BenchResult, StageTiming
 
     steady = StageTiming("baseline", 10, 1.0, 0.9, 1.1, 5)
     long_name = StageTiming("move_reshape_out_of_split_stack_pass", 9, 0.8, 0.5, 3.0, 5, speedup=1.25)

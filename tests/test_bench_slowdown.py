@@ -13,7 +13,8 @@ from streamlit.testing.v1 import AppTest
 import optimus_lens.perf.bench as bench
 from optimus_lens.cli import main
 from optimus_lens.frontend.patternfile import load_pattern_file, pipeline_with
-from optimus_lens.perf.bench import Stage, bench_pipeline, paired_ratio
+from optimus_lens.perf.bench import bench_pipeline, paired_ratio
+from optimus_lens.perf.timings import Stage
 
 # A correct but deliberately slow rewrite: relu(x) -> clamp(x, min=0) plus 0 times the sum
 # of a 2048 x 2048 block of zeros made from x (so tracing keeps it in the graph): the same
@@ -128,7 +129,7 @@ def test_cli_bench_prints_the_slowdown_line_and_json_lists_it(tmp_path, capsys):
 
 
 APP = """
-from optimus_lens.perf.bench import BenchResult, StageTiming
+from optimus_lens.perf.timings import BenchResult, StageTiming
 from optimus_lens.app.timing import show_result
 
 slow = StageTiming("batch_layernorm", 9, 1.2, 1.1, 1.3, 20, speedup=0.83, steps=3, previous="batch_linear",

@@ -7,8 +7,9 @@ import torch
 
 import optimus_lens.passes
 from optimus_lens.cli import main
-from optimus_lens.core.engine import Pass, Pipeline
-from optimus_lens.core.pattern import Match, Miss, RewritePattern
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import Match, RewritePattern
+from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.debug.bisect import bisect_trace, first_failing
 from optimus_lens.frontend.run import optimize
 

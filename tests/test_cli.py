@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from optimus_lens.cli import main
-from optimus_lens.core.pattern import all_patterns
 from optimus_lens.core.trace import Trace
+from optimus_lens.passes import all_patterns
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -4,13 +4,15 @@ import pytest
 import torch
 import torch.nn as nn
 
-from optimus_lens.core.engine import Engine, Pass, PatternError, Pipeline, RunOptions
-from optimus_lens.core.pattern import Match, Miss, RewritePattern
+from optimus_lens.core.engine import Engine, PatternError, RunOptions
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import Match, RewritePattern
+from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.core.trace import Trace
 from optimus_lens.frontend.capture import capture
 from optimus_lens.frontend.run import optimize
 from optimus_lens.passes import default_pipeline
-from optimus_lens.passes.common import RELU, call, is_call
+from optimus_lens.passes.common import RELU, is_call
 
 
 def test_recsys_towers_fuses_in_two_passes_with_every_step_verified_and_fewer_nodes():
@@ -64,7 +66,7 @@ class ReluToSigmoid(RewritePattern):
     def rewrite(self, rw, m: Match) -> None:
         (n,) = m.nodes
         with rw.inserting_before(n):
-            s = call(rw, torch.sigmoid, n.args[0])
+            s = rw.call(torch.sigmoid, n.args[0])
         rw.replace_all_uses(n, s)
         rw.erase(n)
 
@@ -101,6 +103,19 @@ def test_a_raising_pattern_stops_the_run_by_option_with_pass_pattern_and_site():
         ).run()
     assert e.value.pattern == "raises_on_relu" and e.value.pass_name == "p" and e.value.site
     assert "boom" in str(e.value)
+
+
+def test_the_engine_entry_is_published_at_the_top_of_the_package():
+    import optimus_lens
+    from optimus_lens.core.engine import RunOptions as Options
+    from optimus_lens.frontend.run import optimize as optimize_spec
+    from optimus_lens.frontend.run import run_pipeline
+
+    assert optimus_lens.run_pipeline is run_pipeline and optimus_lens.RunOptions is Options
+    assert optimus_lens.optimize is optimize_spec
+    c = _relu_model()
+    t = optimus_lens.run_pipeline(c.gm, c.example_inputs, options=optimus_lens.RunOptions(verify="end"))
+    assert t.final_verify.ok
 
 
 def test_verify_off_records_no_results_and_end_checks_once():

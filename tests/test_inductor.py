@@ -16,14 +16,13 @@ from optimus_lens import sample_models
 from optimus_lens.core.record import snapshot_graph
 from optimus_lens.frontend.capture import capture
 from optimus_lens.inductor.observe import (
-    OTHER_PASS,
     UNRECORDED_PATTERN,
     UNSORTED_MESSAGE,
-    Application,
     fusions_per_pass,
     observe_upstream,
     run_upstream,
 )
+from optimus_lens.inductor.watch import OTHER_PASS, Application
 
 TOWER_OPTIONS = {
     "normalization_pass": {},

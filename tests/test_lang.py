@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from optimus_lens.core.lang import ANY, Const, Each, Op, Pieces, Var, bind, match, require
-from optimus_lens.core.pattern import Miss
+from optimus_lens.core.miss import Miss
 from optimus_lens.frontend.capture import capture
 from optimus_lens.passes.common import CAT, LINEAR, SPLIT
 
@@ -130,9 +130,10 @@ def test_anchors_are_the_root_targets():
 
 def test_the_shipped_split_cat_identity_is_a_rule_of_the_language_with_its_reasons():
     from optimus_lens.core.lang import RulePattern
-    from optimus_lens.core.pattern import Match, get, why_not
+    from optimus_lens.core.pattern import Match, why_not
+    from optimus_lens.passes import pattern_named
 
-    p = get("remove_split_cat")
+    p = pattern_named("remove_split_cat")
     assert isinstance(p, RulePattern) and p.source.startswith("optimus/passes/split_cat/identities.py:")
     gm = _gm(SplitCat(), torch.randn(3, 6))
     assert isinstance(p.match(_node(gm, torch.cat)), Match)
@@ -160,8 +161,9 @@ def test_pieces_put_the_getitems_in_the_site_between_the_root_and_the_producer()
 
 
 def _run_rule(model, rule, *inputs):
-    from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions
+    from optimus_lens.core.engine import Engine, RunOptions
     from optimus_lens.core.lang import RulePattern
+    from optimus_lens.core.pipeline import Pass, Pipeline
 
     gm = _gm(model, *inputs)
     trace = Engine(gm, inputs, Pipeline([Pass("p", [RulePattern(rule)])]), RunOptions(verify="step")).run()
@@ -211,7 +213,8 @@ def test_a_pieces_rule_refuses_a_root_used_other_than_through_getitems():
 
 
 def test_anchored_patterns_refuse_other_ops_and_need_ends_the_match_with_the_miss():
-    from optimus_lens.core.pattern import AnchoredPattern, Match, need
+    from optimus_lens.core.miss import need
+    from optimus_lens.core.pattern import AnchoredPattern, Match
 
     class FirstPieceOfASplit(AnchoredPattern):
         name = "first_piece"

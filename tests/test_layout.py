@@ -11,8 +11,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions
-from optimus_lens.core.pattern import Match, Miss, RewritePattern
+from optimus_lens.core.engine import Engine, RunOptions
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import Match, RewritePattern
+from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.frontend.capture import capture
 from optimus_lens.frontend.run import optimize
 
@@ -179,7 +181,8 @@ def test_a_view_of_a_fused_linear_gets_a_contiguous_copy_only_where_needed():
 
 
 def test_a_pattern_refuses_with_a_miss_naming_the_user_and_layout_it_needs():
-    from optimus_lens.core.pattern import get, why_not
+    from optimus_lens.core.pattern import why_not
+    from optimus_lens.passes import pattern_named
 
     class PieceViewed(nn.Module):
         def forward(self, x, y):
@@ -188,7 +191,7 @@ def test_a_pattern_refuses_with_a_miss_naming_the_user_and_layout_it_needs():
 
     c = capture(PieceViewed(), (torch.randn(3, 6), torch.randn(3, 6)))
     unbind = next(n for n in c.gm.graph.nodes if n.target in (torch.unbind,) or n.target == "unbind")
-    reason = why_not(get("remove_stack_unbind"), unbind)
+    reason = why_not(pattern_named("remove_stack_unbind"), unbind)
     assert reason and "as_strided" in reason and "strides (12, 1)" in reason, reason
     res = optimize(PieceViewed(), (torch.randn(3, 6), torch.randn(3, 6)), verify="step")
     assert res.trace.final_verify.ok and not res.trace.failed_steps()

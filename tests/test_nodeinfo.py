@@ -96,7 +96,7 @@ def test_the_node_a_failing_step_breaks_shows_its_changed_input_strides_and_its_
     real ones, and the .view that reads them is the node that raises."""
     from test_observe import HELD_IN
 
-    from optimus_lens.frontend.run import observe
+    from optimus_lens.inductor.observe import observe
 
     (tmp_path / "held_in.py").write_text(HELD_IN)
     monkeypatch.chdir(tmp_path)

@@ -126,7 +126,7 @@ def test_an_upstream_rule_that_raises_is_the_last_step_flagged_as_a_defect(held_
 
 def test_upstreams_unbind_stack_to_slices_crash_is_recorded_and_its_repro_raises_while_good_steps_pass():
     from optimus_lens.debug.repro import run_repro, step_spec
-    from optimus_lens.frontend.run import observe
+    from optimus_lens.inductor.observe import observe
 
     t = observe("sample:teach_split_stack").trace
     crash = t.steps[-1]

@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
-from optimus_lens.core.verify import compare, run_graph
+from optimus_lens.core.verify import compare_outputs, run_graph
 from optimus_lens.frontend.capture import capture
 from optimus_lens.inductor.observe import run_upstream
 from optimus_lens.passes import upstream_pipeline
@@ -952,8 +952,8 @@ def test_same_rewrites_per_pass_as_upstream_and_every_step_keeps_the_outputs(cas
     assert {k: up.counters.get(k, 0) for k in case.upstream_asserts} == case.upstream_asserts, up.counters
     # every one of our steps keeps the outputs (NaN in the outputs compares equal to NaN)
     assert [(s.index, s.pattern, s.verify) for s in trace.steps if not s.verify.ok] == []
-    assert compare(reference, run_graph(gm, c.example_inputs)[0]).ok
-    assert compare(reference, run_graph(up.gm, c.example_inputs)[0]).ok  # upstream is right on these too
+    assert compare_outputs(reference, run_graph(gm, c.example_inputs)[0]).ok
+    assert compare_outputs(reference, run_graph(up.gm, c.example_inputs)[0]).ok  # upstream is right on these too
     # same rewrites per pass, except the listed differences, which are asserted exactly
     expected = dict(up.fusions)
     for p, (n_up, n_ours, why) in EXPECTED_DIFFERENCES.get(case.id, {}).items():

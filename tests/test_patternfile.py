@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from optimus_lens.core.engine import Pass, Pipeline
 from optimus_lens.core.pattern import why_not
+from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.frontend.capture import capture
 from optimus_lens.frontend.patternfile import PatternFileError, load_pattern_file, preview
 from optimus_lens.frontend.run import optimize

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions
+from optimus_lens.core.engine import Engine, RunOptions
 from optimus_lens.core.pattern import SearchOptions
+from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.frontend.capture import capture
 from optimus_lens.passes import REGISTRY
-from optimus_lens.passes.profit import BYTES_PER_US, KERNEL_US, cancelled_stack, pass_estimates, step_estimate
+from optimus_lens.passes.profit import (
+    BYTES_PER_US,
+    KERNEL_US,
+    cancelled_stack,
+    group_estimate,
+    pass_estimates,
+    step_estimate,
+)
 
 
 class FiveRelus(nn.Module):
@@ -22,7 +31,7 @@ def _run(shape, profitable_only: bool):
     inputs = tuple(torch.randn(shape) for _ in range(5))
     c = capture(FiveRelus(), inputs)
     opts = SearchOptions(profitable_only=profitable_only)
-    pipe = Pipeline([Pass("batch_relu", [REGISTRY["batch_relu"]], options=opts)])
+    pipe = Pipeline([Pass("batch_relu", [REGISTRY["batch_relu"]], options=opts, estimate=group_estimate)])
     return Engine(c.gm, c.example_inputs, pipe, RunOptions(verify="end")).run()
 
 
@@ -41,6 +50,18 @@ def test_profitable_only_fuses_small_members_and_skips_members_whose_stack_costs
     big = _run((512, 512), profitable_only=True)  # a 5 MiB stack per call for 3 launches saved
     assert big.steps == [] and big.final_verify.ok
     assert len(_run((512, 512), profitable_only=False).steps) == 1
+
+
+def test_a_pass_that_fuses_only_profitable_groups_without_an_estimate_is_refused():
+    """The engine judges profitability with the pass's own estimate (the catalogue gives
+    its passes ``group_estimate``); without one it says so before running."""
+    c = capture(FiveRelus(), tuple(torch.randn(2, 4) for _ in range(5)))
+    opts = SearchOptions(profitable_only=True)
+    pipe = Pipeline([Pass("batch_relu", [REGISTRY["batch_relu"]], options=opts)])
+    with pytest.raises(ValueError, match="no estimate"):
+        Engine(c.gm, c.example_inputs, pipe, RunOptions(verify="off"))
+    upstream = Pipeline([Pass("batch_relu", [REGISTRY["batch_relu"]], options=opts.replace(search="upstream"))])
+    Engine(c.gm, c.example_inputs, upstream, RunOptions(verify="off"))  # upstream's search never asks
 
 
 class _Restack(nn.Module):

@@ -9,12 +9,14 @@ import pytest
 import torch
 import torch.nn as nn
 
-from optimus_lens.core.engine import Engine, Pass, PatternError, Pipeline, RunOptions
-from optimus_lens.core.pattern import Match, Miss, RewritePattern
+from optimus_lens.core.engine import Engine, PatternError, RunOptions
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import Match, RewritePattern
+from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.core.rewriter import InvalidGraph, Listener, Rewriter, find_cycle
 from optimus_lens.core.trace import Trace
 from optimus_lens.frontend.capture import capture
-from optimus_lens.passes.common import RELU, call, is_call
+from optimus_lens.passes.common import RELU, is_call
 
 
 def fingerprint(graph) -> list[tuple]:
@@ -68,7 +70,7 @@ class ReluToClamp(RewritePattern):
         self.calls += 1
         (n,) = m.nodes
         with rw.inserting_before(n):
-            c = call(rw, torch.clamp, n.args[0], min=0.0)
+            c = rw.call(torch.clamp, n.args[0], min=0.0)
         if self.calls == self.breaks_at:
             self.breaks(rw, n, c)
         rw.replace_all_uses(n, c)
@@ -164,7 +166,7 @@ def test_rollback_restores_users_order_erased_nodes_and_metadata():
     rw = Rewriter(g)
     with rw.guarding(c.gm):
         with rw.inserting_before(relus[0]):
-            t = call(rw, torch.tanh, lin)
+            t = rw.call(torch.tanh, lin)
         rw.replace_all_uses(relus[0], t)
         rw.erase(relus[0])
         rw.set_meta(lin, "stack_trace", "changed")
@@ -198,7 +200,7 @@ def test_listeners_hear_every_change_in_order():
     relu = next(n for n in g.nodes if is_call(n, *RELU))
     rw = Rewriter(g, [Ear()])
     with rw.inserting_before(relu):
-        t = call(rw, torch.tanh, relu.args[0])
+        t = rw.call(torch.tanh, relu.args[0])
     rw.replace_all_uses(relu, t)
     rw.erase(relu)
     rw.modify(t, kwargs={})

@@ -28,9 +28,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx import Graph, GraphModule, Node
 
 from optimus_lens import sample_models
-from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
+from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
 from optimus_lens.core.index import GraphIndex
-from optimus_lens.core.pattern import REGISTRY, BatchPattern, Miss, SearchOptions
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import REGISTRY, BatchPattern, SearchOptions
+from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.core.record import recording, snapshot_graph
 from optimus_lens.core.rewriter import Rewriter
 from optimus_lens.core.search import (
@@ -773,8 +775,8 @@ def test_the_collector_is_paused_only_while_the_engine_works_and_restored_after_
 def test_is_written_memo_answers_like_the_walk_and_is_dropped_when_the_block_ends():
     from torch.fx import symbolic_trace
 
-    from optimus_lens.core.pattern import graph_unchanged, unchanged_memo
-    from optimus_lens.passes.common import is_written
+    from optimus_lens.core.effects import is_written
+    from optimus_lens.core.memo import graph_unchanged, unchanged_memo
 
     class M(torch.nn.Module):
         def forward(self, x):

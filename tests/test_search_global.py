@@ -22,8 +22,10 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from optimus_lens import sample_models
-from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
-from optimus_lens.core.pattern import REGISTRY, BatchPattern, Miss, SearchOptions
+from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import REGISTRY, BatchPattern, SearchOptions
+from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.core.record import module_path
 from optimus_lens.core.rewriter import Rewriter
 from optimus_lens.frontend.capture import capture

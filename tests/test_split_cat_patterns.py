@@ -18,8 +18,9 @@ import torch
 from torch import nn
 
 from optimus_lens import sample_models
-from optimus_lens.core.engine import Engine, Pipeline, RunOptions
+from optimus_lens.core.engine import Engine, RunOptions
 from optimus_lens.core.pattern import REGISTRY, SearchOptions, why_not
+from optimus_lens.core.pipeline import Pipeline
 from optimus_lens.core.record import snapshot_graph
 from optimus_lens.frontend.capture import capture
 from optimus_lens.passes import BATCH_PASSES, PATTERN_PASSES, default_pipeline, pattern_pass, upstream_pipeline

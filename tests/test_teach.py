@@ -6,18 +6,19 @@ import pytest
 
 from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
 from optimus_lens.core.index import GraphIndex
-from optimus_lens.core.pattern import get
 from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.core.search import SearchObserver, fusion_candidates, independent_subsets
 from optimus_lens.debug.why import DryRun
 from optimus_lens.frontend.capture import capture
 from optimus_lens.frontend.run import model_and_inputs
+from optimus_lens.passes import pattern_named
+from optimus_lens.passes.profit import group_estimate
 from optimus_lens.teach.lookup import TeachError, lesson_pipeline, predefined, teaching_model
 from optimus_lens.teach.replay import search_frames
 from optimus_lens.teach.variants import depend_last
 from optimus_lens.teach.walk import walkthrough
 
-BATCH = [n for n in predefined() if get(n).kind == "batch"]
+BATCH = [n for n in predefined() if pattern_named(n).kind == "batch"]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def test_every_predefined_pattern_has_a_teaching_model_on_which_it_fires(walks):
 
 def test_walkthrough_text_comes_from_the_pattern_registration(walks):
     for name, w in walks.items():
-        p = get(name)
+        p = pattern_named(name)
         first = w.slides[0]
         assert first.kind == "before" and p.description in first.lines
         for pre in p.preconditions:
@@ -68,11 +69,11 @@ def test_what_it_bought_is_measured(walks):
 def test_search_frames_end_with_the_groups_the_engine_fuses(name, mode):
     w = walkthrough(name, timing=False, search=mode)
     cap = _captured(name)
-    p = get(name)
+    p = pattern_named(name)
     eng = Engine(
         cap.gm,
         cap.example_inputs,
-        Pipeline([Pass(name, [p], options=p.options.replace(search=mode))]),
+        Pipeline([Pass(name, [p], options=p.options.replace(search=mode), estimate=group_estimate)]),
         RunOptions(verify="off"),
     )
     fused = [sorted(s.sites) for s in eng.run().steps]
@@ -96,7 +97,7 @@ def test_dependent_variant_groups_agree_with_the_engine():
         w = walkthrough(name, timing=False)
         gm = copy_graph_module(cap.gm)
         depend_last(gm, w.sites[0])
-        dry = DryRun(gm, lesson_pipeline(get(name)))
+        dry = DryRun(gm, lesson_pipeline(pattern_named(name)))
         assert [sorted(s.sites) for s in dry.steps] == [sorted(g) for g in w.dependent.groups]
 
 
@@ -113,7 +114,7 @@ class _Seen(SearchObserver):
 
 def test_upstream_rings_are_the_visits_fusion_candidates_reports():
     cap = _captured("batch_linear")
-    p = get("batch_linear")
+    p = pattern_named("batch_linear")
     w = walkthrough("batch_linear", timing=False, search="upstream")
     root = next(n for n in cap.gm.graph.nodes if n.name == w.search.root)
     seen = _Seen()
@@ -129,7 +130,7 @@ def test_greedy_rounds_are_the_rounds_independent_subsets_reports():
     w = walkthrough("batch_relu", timing=False, search="upstream")
     gm = copy_graph_module(cap.gm)
     depend_last(gm, w.sites[0])
-    p = get("batch_relu")
+    p = pattern_named("batch_relu")
     nodes = [n for n in gm.graph.nodes if n.name in w.sites[0]]
     index = GraphIndex(gm.graph)
     seen = _Seen()
@@ -148,7 +149,7 @@ def test_every_exercise_is_a_variant_where_the_pattern_does_not_fire(walks):
         assert e is not None, name
         assert e.node in e.graph.nodes and e.question and e.change
         assert set(e.added) <= set(e.graph.nodes)
-        dry = DryRun(e.gm, lesson_pipeline(get(name)))
+        dry = DryRun(e.gm, lesson_pipeline(pattern_named(name)))
         assert not [s for s in dry.steps if s.pattern == name], name
         verdict = dry.explain(e.node, [name]).verdicts[0]
         assert not verdict.applies and verdict.text == e.answer, name
@@ -158,7 +159,7 @@ def test_every_exercise_is_a_variant_where_the_pattern_does_not_fire(walks):
 def test_unknown_pattern_is_a_clear_error(monkeypatch):
     with pytest.raises(TeachError, match="unknown pattern 'batch_nope'; known: batch_linear"):
         walkthrough("batch_nope")
-    with pytest.raises(KeyError) as e:  # caught like core.pattern.get's unknown name
+    with pytest.raises(KeyError) as e:  # caught like passes.pattern_named's unknown name
         teaching_model("batch_nope")
     assert str(e.value) == f"unknown pattern 'batch_nope'; known: {', '.join(predefined())}"  # as written, unquoted
     from optimus_lens import sample_models
@@ -172,8 +173,8 @@ def test_unknown_pattern_is_a_clear_error(monkeypatch):
 def test_search_frames_leave_the_graph_unchanged():
     cap = _captured("batch_tanh")
     before = str(cap.gm.graph)
-    search_frames(cap.gm, get("batch_tanh"))
-    search_frames(cap.gm, get("batch_tanh"), "upstream")
+    search_frames(cap.gm, pattern_named("batch_tanh"))
+    search_frames(cap.gm, pattern_named("batch_tanh"), "upstream")
     assert str(cap.gm.graph) == before
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from optimus_lens import viz
 from optimus_lens.core.trace import Delta, GraphSnapshot, NodeRecord, Step, Trace, VerifyResult
-from optimus_lens.perf.bench import BenchResult, StageTiming
+from optimus_lens.perf.timings import BenchResult, StageTiming
 from optimus_lens.viz.graph import CREATED_BORDER, CREATED_FILL, ERASED_BORDER, GROUP_COLOURS, graph_view, neighbourhood
 
 # --------------------------------------------------------------------------- a hand-built trace

@@ -158,8 +158,9 @@ def test_the_report_of_recsys_towers_is_one_offline_file_under_2_mb_with_each_dr
 
 
 def test_a_rolled_back_step_shows_its_error_and_source_in_the_step_facts_and_the_report():
-    from optimus_lens.core.engine import Pass, Pipeline
-    from optimus_lens.core.pattern import Match, Miss, RewritePattern
+    from optimus_lens.core.miss import Miss
+    from optimus_lens.core.pattern import Match, RewritePattern
+    from optimus_lens.core.pipeline import Pass, Pipeline
     from optimus_lens.viz.text import step_facts
 
     class RaisesAfterCreating(RewritePattern):

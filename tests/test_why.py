@@ -82,8 +82,8 @@ def test_why_under_upstreams_search_gives_its_bounded_walk_as_the_reason():
 
 
 def test_why_a_member_of_a_chain_names_the_members_it_depends_on_or_feeds():
-    from optimus_lens.core.engine import Pass, Pipeline
     from optimus_lens.core.pattern import REGISTRY, SearchOptions
+    from optimus_lens.core.pipeline import Pass, Pipeline
     from tests.test_search import towers
 
     gm = towers(1, 4)  # one tower: linear -> relu -> linear -> ...
@@ -148,7 +148,8 @@ def test_trace_dry_run_reads_our_trace_at_its_steps_and_an_upstream_trace_from_i
     from test_observe import HELD_IN
 
     from optimus_lens.debug.why import trace_dry_run
-    from optimus_lens.frontend.run import observe, optimize
+    from optimus_lens.frontend.run import optimize
+    from optimus_lens.inductor.observe import observe
 
     trace = optimize("sample:recsys_towers", verify="off").trace
     k = next(s.index for s in trace.steps if s.pattern == "remove_unbind_stack")
@@ -171,8 +172,8 @@ def test_trace_dry_run_reads_our_trace_at_its_steps_and_an_upstream_trace_from_i
 
 
 def test_a_near_miss_carries_its_partial_match():
-    from optimus_lens.core.engine import Pass, Pipeline
     from optimus_lens.core.pattern import REGISTRY, SearchOptions
+    from optimus_lens.core.pipeline import Pass, Pipeline
     from tests.test_search import towers
 
     gm = towers(1, 4)

@@ -1,4 +1,4 @@
-"""Plotly figures of a Trace and of per-pass timing (:class:`optimus_lens.perf.bench.BenchResult`).
+"""Plotly figures of a Trace and of per-pass timing (:class:`optimus_lens.perf.timings.BenchResult`).
 
 Every function returns a ``plotly.graph_objects.Figure`` and touches no UI; the app
 shows them with ``st.plotly_chart`` and the HTML report embeds them.
@@ -135,7 +135,7 @@ def speedup_figure(bench, height: int = 340) -> go.Figure:
     the stage; with compiled variants a second series (under Inductor, against the
     compiled baseline); a dotted line at 1.0x. Only stages that changed the graph are
     bars (the bench times only those); the subtitle names the passes with no change.
-    ``bench`` is an :class:`optimus_lens.perf.bench.BenchResult`."""
+    ``bench`` is an :class:`optimus_lens.perf.timings.BenchResult`."""
     stages = bench.stages
     base = stages[0].median_ms if stages else 0.0
     names = [s.stage for s in stages]

@@ -222,7 +222,7 @@ def html_report(
 
     ``catalogue``: :func:`optimus_lens.passes.pass_catalogue` entries for pattern descriptions
     (looked up when None). ``steps``: 1-based step indices to include (default all).
-    ``bench``: an optional :class:`optimus_lens.perf.bench.BenchResult`, shown as a table.
+    ``bench``: an optional :class:`optimus_lens.perf.timings.BenchResult`, shown as a table.
     ``hops``/``max_nodes``: the views' neighbourhood cut, as in the app. Drawing is
     bounded (:mod:`viz.layout`); ``timeout_s`` bounds drawing one laid-out picture."""
     if catalogue is None:

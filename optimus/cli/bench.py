@@ -54,7 +54,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    """Print the bench table (:meth:`optimus_lens.perf.bench.BenchResult.table`) and which graph
+    """Print the bench table (:meth:`optimus_lens.perf.timings.BenchResult.table`) and which graph
     was timed; write the result as JSON (``--json``). Raises BadInput for counts out of range
     or ``--device cuda`` without CUDA."""
     from optimus_lens.frontend.patternfile import load_pattern_file, pipeline_with

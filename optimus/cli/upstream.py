@@ -38,8 +38,8 @@ def cmd_observe(a: argparse.Namespace) -> int:
     fails verification, and the steps that fail only because the graph is still broken).
     Exit 1 when a step or the result fails; raises PatternRaised when upstream's passes raise."""
     from optimus_lens.frontend.capture import capture
-    from optimus_lens.frontend.run import load_model, observe
-    from optimus_lens.inductor.observe import check_options, default_options
+    from optimus_lens.frontend.run import load_model
+    from optimus_lens.inductor.observe import check_options, default_options, observe
 
     options = options_arg(a.options)
     with input_errors(TypeError):  # check_options: unknown pass, options of the wrong type

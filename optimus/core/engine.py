@@ -17,17 +17,19 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from torch.fx import Graph, GraphModule, Node
 
 from optimus_lens.core import strides as _layout
 from optimus_lens.core import verify as _verify
 from optimus_lens.core.index import GraphIndex
-from optimus_lens.core.pattern import BatchPattern, Miss, Pattern, RewritePattern, SearchOptions, graph_unchanged
-from optimus_lens.core.pipeline import Pass, Pipeline  # noqa: F401  (re-exported: optimus_lens.core.engine.Pass)
+from optimus_lens.core.memo import graph_unchanged
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import BatchPattern, Pattern, RewritePattern, SearchOptions
+from optimus_lens.core.pipeline import Estimator, Pass, Pipeline
 from optimus_lens.core.record import Recording, RecordingListener, snapshot_graph
-from optimus_lens.core.rewriter import DirectMutation, InvalidGraph, Listener, Rewriter, SymbolicSize
+from optimus_lens.core.rewriter import DirectMutation, InvalidGraph, LayoutCheck, Rewriter, SymbolicSize
 from optimus_lens.core.search import (
     CandidateSearch,
     KeyCache,
@@ -38,8 +40,7 @@ from optimus_lens.core.search import (
     key_classes,
 )
 from optimus_lens.core.trace import Delta, Step, Trace, VerifyResult
-from optimus_lens.core.where import source_of
-from optimus_lens.passes.profit import group_estimate
+from optimus_lens.core.where import raised_in, source_of
 
 VERIFY_MODES = ("step", "end", "off")
 ON_ERROR = ("skip", "stop")
@@ -81,20 +82,27 @@ class RunOptions:
             raise ValueError(f"on_error must be one of {ON_ERROR}, not {self.on_error!r}")
 
 
-def copy_graph_module(gm: GraphModule) -> GraphModule:
-    """A new GraphModule over a copy of ``gm``'s graph (node meta copied shallowly, so
-    FakeTensors are shared, not cloned). O(nodes). The copy's name space is the
-    original's (every name ever used, the last number per base name), so a node created
-    in the copy gets the name it would get in the original: a dry run names nodes as the
-    run it repeats (``optimus why --step`` asks about the trace's ``getitem_16``)."""
+def copy_graph(graph: Graph, env: dict[Node, Node] | None = None) -> Graph:
+    """A copy of ``graph`` (node meta copied shallowly, so FakeTensors are shared, not
+    cloned), its output node included; ``env``, if given, receives original node -> copy.
+    O(nodes). The copy's name space is the original's (every name ever used, the last
+    number per base name), so a node created in the copy gets the name it would get in
+    the original: a dry run names nodes as the run it repeats (``optimus why --step``
+    asks about the trace's ``getitem_16``)."""
     g = Graph()
-    g._codegen = gm.graph._codegen
-    rv, out = g.graph_copy(gm.graph, {}, return_output_node=True)  # type: ignore[misc]
+    g._codegen = graph._codegen
+    rv, out = g.graph_copy(graph, {} if env is None else env, return_output_node=True)  # type: ignore[misc]
     g.output(rv, type_expr=getattr(out, "type", None))
-    ns, src = g._graph_namespace, gm.graph._graph_namespace
+    ns, src = g._graph_namespace, graph._graph_namespace
     ns._used_names |= src._used_names
     ns._base_count = dict(src._base_count)
-    return GraphModule(gm, g)
+    return g
+
+
+def copy_graph_module(gm: GraphModule) -> GraphModule:
+    """A new GraphModule over :func:`copy_graph` of ``gm``'s graph (same submodules and
+    attributes). O(nodes)."""
+    return GraphModule(gm, copy_graph(gm.graph))
 
 
 @contextmanager
@@ -110,6 +118,19 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+@dataclass
+class BatchState:
+    """What the engine keeps for one BatchPattern during a pass: its key ``cache``, the
+    ``dirty`` search roots (upstream search only: the roots that may find a group),
+    the bounded ``search`` and the search options ``opts`` in force (the pass's, else
+    the pattern's)."""
+
+    cache: KeyCache
+    dirty: set[Node]
+    search: CandidateSearch
+    opts: SearchOptions
 
 
 class IndexListener(RecordingListener):
@@ -155,6 +176,8 @@ class Engine:
         self.inputs = tuple(example_inputs)
         self.pipeline = pipeline
         self.opts = options or RunOptions()
+        for p in pipeline.enabled():
+            require_estimate(p)
         _layout.eager_strides(gm.graph)  # example values with eager mode's strides (eval dropout aliases)
         with gc_paused():  # both are O(nodes) new objects
             self.trace = Trace(
@@ -170,7 +193,7 @@ class Engine:
             self._ref = _verify.reference(gm, self.inputs, self.opts.grads)
         if self.opts.keep_stages:
             self.stages.append(("baseline", copy_graph_module(gm)))
-        self._batch: dict[BatchPattern, tuple[KeyCache, set[Node], CandidateSearch, SearchOptions]] = {}
+        self._batch: dict[BatchPattern, BatchState] = {}
         self._by_target: dict | None = None
         self._refused: dict[str, set[Node]] = {}  # pattern name -> nodes where its step was rolled back
         self.pass_seconds: dict[str, float] = {}
@@ -276,7 +299,9 @@ class Engine:
                 sources = [n for n, k in cache.items() if k is not None and k in big]
                 reach = downstream(sources, cache.__getitem__, opts.max_fuse_search_depth) if sources else ()
                 dirty = {n for n in reach if is_search_root(n)}
-            self._batch[pattern] = (cache, dirty, CandidateSearch(cache.__getitem__, opts.max_fuse_search_depth), opts)
+            self._batch[pattern] = BatchState(
+                cache, dirty, CandidateSearch(cache.__getitem__, opts.max_fuse_search_depth), opts
+            )
 
     def _keyer(self, pattern: BatchPattern) -> Callable[[Node], object]:
         """``pattern.key``, except for nodes where a step of the pattern was rolled back."""
@@ -300,7 +325,8 @@ class Engine:
         ``min_fuse_set_size`` nodes, in graph order of their first member
         (:func:`optimus_lens.core.search.key_classes`), are split into independent groups,
         each fused as one step."""
-        cache, _, _, opts = self._batch[pattern]
+        state = self._batch[pattern]
+        cache, opts = state.cache, state.opts
         nodes = self._anchored(pattern.anchors) if pattern.anchors else list(self.gm.graph.nodes)
         t_match = time.perf_counter()
         with graph_unchanged():
@@ -312,7 +338,7 @@ class Engine:
                 return not n._erased and n not in skipped and bool(n.users) and self._key(pattern, cache, n, p) == k
 
             for subset in global_groups(members, self.index, opts, still):
-                if opts.profitable_only and not group_estimate(self.gm, pattern.fuse, subset).profitable:
+                if opts.profitable_only and not cast(Estimator, p.estimate)(self.gm, pattern.fuse, subset).profitable:
                     skipped.update(subset)
                     continue
                 match_s = time.perf_counter() - t_match
@@ -320,7 +346,8 @@ class Engine:
                 t_match = time.perf_counter()
 
     def _sweep_batch(self, p: Pass, pattern: BatchPattern) -> Iterator[Step]:
-        cache, dirty, search, opts = self._batch[pattern]
+        state = self._batch[pattern]
+        dirty, search, opts = state.dirty, state.search, state.opts
         if opts.search != "upstream":
             yield from self._sweep_global(p, pattern)
             return
@@ -417,24 +444,48 @@ class Engine:
             created = indexes.commit()
         except Exception as e:  # noqa: BLE001  (a key of the pass raised on a changed node)
             raise PatternError(p.name, pattern.name, site_names, e) from e
-        rewrite_s = time.perf_counter() - t0
-        delta = rec.delta() if self.opts.record else None
-        created_ids = {id(n) for n in rec.created}
+        step = self._step(p, pattern, site_names, match_s, time.perf_counter() - t0, rec, created)
+        if self.opts.verify == "step":
+            step.verify = self._check()
+        return step
+
+    def _step(
+        self,
+        p: Pass,
+        pattern: Pattern,
+        sites: list[str],
+        match_s: float,
+        rewrite_s: float,
+        rec: Recording | None = None,
+        created: list[Node] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> Step:
+        """Append the Step of one rewrite to the trace and return it: an applied one with
+        ``rec``, its recorded changes, and ``created``, its created nodes still alive; a
+        rolled-back one with ``error`` (no changes)."""
+        if rec is None:
+            erased: list[str] = []
+            replaced: dict[str, str] = {}
+            delta = Delta([], []) if self.opts.record else None
+        else:
+            created_ids = {id(n) for n in rec.created}
+            erased = [n.name for n in rec.erased if id(n) not in created_ids]
+            replaced = dict(rec.replaced)
+            delta = rec.delta() if self.opts.record else None
         step = Step(
             index=len(self.trace.steps) + 1,
             pass_name=p.name,
             pattern=pattern.name,
-            sites=site_names,
-            created=[n.name for n in created],
-            erased=[n.name for n in rec.erased if id(n) not in created_ids],
-            replaced=dict(rec.replaced),
+            sites=sites,
+            created=[n.name for n in created or ()],
+            erased=erased,
+            replaced=replaced,
             delta=delta,
             match_s=match_s,
             rewrite_s=rewrite_s,
             nodes_after=len(self.gm.graph.nodes),
+            error=error,
         )
-        if self.opts.verify == "step":
-            step.verify = self._check()
         self.trace.steps.append(step)
         return step
 
@@ -456,27 +507,19 @@ class Engine:
             else "raised"
         )
         site_names = [n.name for n in site]
-        step = Step(
-            index=len(self.trace.steps) + 1,
-            pass_name=p.name,
-            pattern=pattern.name,
-            sites=site_names,
-            created=[],
-            erased=[],
-            replaced={},
-            delta=Delta([], []) if self.opts.record else None,
-            match_s=match_s,
-            rewrite_s=rewrite_s,
-            nodes_after=len(self.gm.graph.nodes),
-            error={"kind": kind, "type": type(e).__name__, "message": str(e), "source": failure_source(pattern, e)},
-        )
-        self.trace.steps.append(step)
+        error = {
+            "kind": kind,
+            "type": type(e).__name__,
+            "message": str(e),
+            "source": raised_in(type(pattern), e) or pattern.source or source_of(type(pattern)),
+        }
+        step = self._step(p, pattern, site_names, match_s, rewrite_s, error=error)
         if isinstance(pattern, BatchPattern):
             self._refused.setdefault(pattern.name, set()).update(site)
-            entry = self._batch.get(pattern)
-            if entry is not None:
-                entry[0].forget(site)
-                entry[2].forget(site)
+            state = self._batch.get(pattern)
+            if state is not None:
+                state.cache.forget(site)
+                state.search.forget(site)
         if self.opts.on_error == "stop":
             raise PatternError(p.name, pattern.name, site_names, e) from e
         return step
@@ -500,18 +543,18 @@ class Engine:
         for n in (*created, *rewired):
             changed.update(dict.fromkeys(n.all_input_nodes))
         changed.update(dict.fromkeys(n for n in (*rec.erased_inputs, *rec.rewired_from) if not n._erased))
-        for cache, dirty, search, opts in self._batch.values():
-            cache.forget(changed)
-            cache.forget(rec.erased)
-            search.forget(changed)
-            search.forget(rec.erased)
-            dirty.difference_update(rec.erased)
-            if opts.search != "upstream":
+        for state in self._batch.values():
+            state.cache.forget(changed)
+            state.cache.forget(rec.erased)
+            state.search.forget(changed)
+            state.search.forget(rec.erased)
+            state.dirty.difference_update(rec.erased)
+            if state.opts.search != "upstream":
                 continue
             # created and rewired nodes are users of changed nodes, so they are in reach too
-            reach = downstream(changed, cache.__getitem__, opts.max_fuse_search_depth)
-            search.forget(reach)
-            dirty.update(n for n in reach if is_search_root(n))
+            reach = downstream(changed, state.cache.__getitem__, state.opts.max_fuse_search_depth)
+            state.search.forget(reach)
+            state.dirty.update(n for n in reach if is_search_root(n))
 
     def _check(self) -> VerifyResult:
         if self._ref is None:
@@ -522,54 +565,17 @@ class Engine:
 DISABLED = Miss("a step of this pattern was rolled back here")
 
 
-class LayoutCheck(Listener):
-    """The engine-level layout check, a Rewriter listener: collects every replacement of
-    one step (all uses moved, one use moved, arguments changed in place) and, in
-    :meth:`verify`, fails the step with :class:`optimus_lens.core.strides.LayoutError` if the new
-    value's strides (from its FakeTensor ``example_value``) differ from the old one's and
-    a moved use sees the difference (:func:`optimus_lens.core.strides.broken_use`)."""
-
-    def __init__(self):
-        self.moves: list[tuple[Node, Node, list[Node]]] = []
-
-    def notify_replaced(self, old: Node, new: Node, users: list[Node]) -> None:
-        self.moves.append((old, new, users))
-
-    def notify_modified(self, node: Node, old_inputs: list[Node]) -> None:
-        now = node.all_input_nodes
-        gone = [i for i in old_inputs if i not in now]
-        came = [i for i in now if i not in old_inputs]
-        if len(gone) == 1 and len(came) == 1:
-            self.moves.append((gone[0], came[0], [node]))
-
-    def rolled_back(self) -> None:
-        self.moves = []
-
-    def verify(self) -> None:
-        for old, new, users in self.moves:
-            if new._erased:
-                continue
-            live = [u for u in users if not u._erased and new in u.all_input_nodes]
-            bad = _layout.broken_use(old, new, live)
-            if bad is not None:
-                raise _layout.LayoutError(_layout.mismatch_message(old, new, *bad))
-
-
-def failure_source(pattern: Pattern, e: BaseException) -> str:
-    """``path:line`` of the innermost frame of ``e``'s traceback in the pattern's own
-    source file (where its code raised), else the pattern's ``source``."""
-    import inspect
-    import traceback
-
-    try:
-        file = inspect.getsourcefile(type(pattern))
-    except TypeError:
-        file = None
-    where = ""
-    for fr in traceback.extract_tb(e.__traceback__):
-        if file and fr.filename == file:
-            where = f"{fr.filename}:{fr.lineno}"
-    if where:
-        rel = source_of(type(pattern)).split(":")[0]
-        return f"{rel}:{where.rsplit(':', 1)[1]}" if rel else where
-    return pattern.source or source_of(type(pattern))
+def require_estimate(p: Pass) -> None:
+    """Raise ValueError when a BatchPattern of ``p`` fuses only profitable groups (its
+    options, or the pass's, set ``profitable_only`` with the global search) and ``p``
+    carries no :attr:`~optimus_lens.core.pipeline.Pass.estimate` to judge them."""
+    if p.estimate is not None:
+        return
+    for pattern in p.patterns:
+        if isinstance(pattern, BatchPattern):
+            opts = p.options or pattern.options
+            if opts.profitable_only and opts.search != "upstream":
+                raise ValueError(
+                    f"pass {p.name!r}: {pattern.name} fuses only profitable groups (profitable_only) but the pass "
+                    "has no estimate (Pass.estimate, e.g. optimus_lens.passes.profit.group_estimate)"
+                )

@@ -9,7 +9,7 @@ spirit of tinygrad's ``UPat`` and Inductor's ``CallFunction``::
     SPLIT_CAT = Op(CAT, Pieces(Op(SPLIT, Var("x"), dim=Var("d"))), dim=Var("d"))
 
 ``match(pattern, node)`` returns the :class:`Bindings` (named captures) or a
-:class:`~optimus_lens.core.pattern.Miss` that names the first sub-pattern that failed and why, as a
+:class:`~optimus_lens.core.miss.Miss` that names the first sub-pattern that failed and why, as a
 path from the root (``"cat.tensors: pieces 0..1 of 3 are taken"``). The reasons come from
 the language itself, so every pattern written in it explains its near misses the same way.
 
@@ -46,7 +46,9 @@ from torch.fx import Node
 if TYPE_CHECKING:
     from optimus_lens.core.rewriter import Rewriter
 
-from optimus_lens.core.pattern import Match, Miss, RewritePattern
+from optimus_lens.core.effects import writes_inputs
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import Match, RewritePattern
 
 
 class Bindings(dict):
@@ -504,8 +506,6 @@ class RulePattern(RewritePattern):
         b = match(self.rule.pattern, node)
         if isinstance(b, Miss):
             return b
-        from optimus_lens.passes.common import writes_inputs
-
         nodes = _site(node, b)
         if self.rule.pieces:
             miss = _getitem_users(node)

@@ -1,55 +1,25 @@
-"""Patterns: the two kinds (horizontal BatchPattern, vertical RewritePattern) and their registry.
+"""Patterns: the two kinds (horizontal BatchPattern, vertical RewritePattern) and the
+registry they are added to (:func:`register`; the catalogue, :mod:`optimus_lens.passes`,
+looks them up by name).
 
 A pattern that does not match a node says why: ``key``/``match`` return a
-:class:`Miss` carrying a short reason naming the failed condition (MLIR's
-``notifyMatchFailure``), which the CLI's ``optimus why`` and the app's pattern view show.
+:class:`~optimus_lens.core.miss.Miss` carrying a short reason naming the failed condition
+(MLIR's ``notifyMatchFailure``), which the CLI's ``optimus why`` and the app's pattern view show.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from torch.fx import Node
 
+from optimus_lens.core.miss import Miss, Refused
 from optimus_lens.core.where import source_of
 
 if TYPE_CHECKING:
     from optimus_lens.core.rewriter import Rewriter
-
-
-class Miss(str):
-    """Why a pattern does not apply at a node: a short reason, e.g. ``"input is not 2-D"``.
-
-    A ``str`` subclass so patterns can ``return Miss("...")`` cheaply in the hot path.
-    ``partial`` (set by :mod:`optimus_lens.core.lang`) lists the nodes matched before the failure.
-    """
-
-    partial: list
-
-
-def is_miss(x: Any) -> bool:
-    return x is None or isinstance(x, Miss)
-
-
-class Refused(Exception):
-    """Raised by :func:`need` to end a match early; :meth:`AnchoredPattern.match` returns its ``miss``."""
-
-    def __init__(self, miss: Miss):
-        super().__init__(miss)
-        self.miss = miss
-
-
-def need(value: Any) -> Any:
-    """``value``, unless it is a :class:`Miss`: then the match in progress ends with it
-    (raises :class:`Refused`, which :meth:`AnchoredPattern.match` turns back into the
-    Miss). ``p = need(parts_of(node))`` replaces ``p = parts_of(node); if isinstance(p,
-    Miss): return p``."""
-    if isinstance(value, Miss):
-        raise Refused(value)
-    return value
 
 
 @dataclass
@@ -81,9 +51,10 @@ class SearchOptions:
       breadth-first walk of at most ``max_fuse_search_depth`` producer hops that stops
       at matches, then greedy first-fit packing.
 
-    ``profitable_only`` (global search): a group is fused only if
-    :func:`optimus_lens.passes.profit.group_estimate` expects it to save time per call; its members
-    are then left unfused.
+    ``profitable_only`` (global search): a group is fused only if the estimate of its pass
+    (:attr:`optimus_lens.core.pipeline.Pass.estimate`; the catalogue's passes carry
+    :func:`optimus_lens.passes.profit.group_estimate`) expects it to save time per call;
+    its members are then left unfused.
 
     Raises ValueError for another ``search``."""
 
@@ -196,34 +167,6 @@ class AnchoredPattern(RewritePattern):
 REGISTRY: dict[str, Pattern] = {}
 
 
-_UNCHANGED: dict[str, dict] | None = None  # memo tables, only inside graph_unchanged()
-
-
-@contextmanager
-def graph_unchanged() -> Iterator[None]:
-    """A block in which the graph is not changed, so a pattern's ``key``/``match`` may
-    memoise graph-wide facts in :func:`unchanged_memo` tables (the engine keys every node
-    of a pass inside one block). Nested blocks share the outer block's tables; all are
-    dropped when the outermost block ends."""
-    global _UNCHANGED
-    if _UNCHANGED is not None:
-        yield
-        return
-    _UNCHANGED = {}
-    try:
-        yield
-    finally:
-        _UNCHANGED = None
-
-
-def unchanged_memo(name: str) -> dict | None:
-    """The memo table ``name`` of the current :func:`graph_unchanged` block (created empty
-    on first use), or None outside one: then nothing may be memoised."""
-    if _UNCHANGED is None:
-        return None
-    return _UNCHANGED.setdefault(name, {})
-
-
 def register(cls_or_obj):
     """Class decorator (or call on an instance): instantiate, record its source
     location, and add it to ``REGISTRY`` under its ``name``.
@@ -241,22 +184,6 @@ def register(cls_or_obj):
     return cls_or_obj
 
 
-def get(name: str) -> Pattern:
-    """The registered pattern ``name``; KeyError listing the known names otherwise."""
-    import optimus_lens.passes  # noqa: F401  (registers the shipped patterns)
-
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown pattern {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
-
-
-def all_patterns() -> list[Pattern]:
-    import optimus_lens.passes  # noqa: F401
-
-    return list(REGISTRY.values())
-
-
 def why_not(pattern: Pattern, node: Node) -> str | None:
     """None if ``pattern`` could apply at ``node``, else the reason it cannot (a
     :class:`Miss`; a match-language pattern's Miss has ``partial``, its best partial match)."""
@@ -268,40 +195,9 @@ def why_not(pattern: Pattern, node: Node) -> str | None:
     return r if isinstance(r, Miss) else None  # the Miss itself: it may carry its best partial match
 
 
-def explain(node: Node, patterns: Iterable[Pattern] | None = None) -> dict[str, str | None]:
-    """For every pattern (default: all registered), None if it could apply at ``node``
-    or the reason it cannot — the "why not" of the pattern lab and ``optimus why``.
-    A pattern that raises is reported as ``"raised <Error>: <message>"``, not propagated."""
-    out: dict[str, str | None] = {}
-    for p in patterns if patterns is not None else all_patterns():
-        try:
-            out[p.name] = why_not(p, node)
-        except Exception as e:  # noqa: BLE001 - a broken pattern is itself the answer
-            out[p.name] = f"raised {type(e).__name__}: {e}"
-    return out
-
-
-def group_size(pattern: BatchPattern, node: Node) -> int:
-    """How many nodes of ``node``'s graph (``node`` included) share its group key under
-    ``pattern`` (0 when ``node`` has none). A group fuses only with at least
-    ``options.min_fuse_set_size`` independent members found within
-    ``options.max_fuse_search_depth`` producer hops of one search root, so this is an
-    upper bound on the group ``node`` can join. O(nodes) key calls."""
-    k = pattern.key(node)
-    if k is None or isinstance(k, Miss):
-        return 0
-    size = 0
-    with graph_unchanged():  # keys may memoise graph-wide facts, as when the engine keys a pass
-        for n in node.graph.nodes:
-            try:
-                m = pattern.key(n)
-            except Exception:  # noqa: BLE001 - a node the key cannot read is not in the group
-                continue
-            size += m is not None and not isinstance(m, Miss) and m == k
-    return size
-
-
 def targets_text(targets: Iterable[Any]) -> str:
+    """Targets as comma-separated text: a method name as it is, a function by its
+    qualified name (``torch.cat, split``)."""
     out = []
     for t in targets:
         out.append(

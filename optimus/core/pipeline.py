@@ -5,9 +5,31 @@ each other."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from torch.fx import GraphModule, Node
 
 from optimus_lens.core.pattern import Pattern, SearchOptions
+
+if TYPE_CHECKING:
+    from optimus_lens.core.rewriter import Rewriter
+
+
+class Profit(Protocol):
+    """What an estimate says of fusing one group: whether it is expected to save time
+    per call, and that judgement in words (``optimus why`` quotes it)."""
+
+    @property
+    def profitable(self) -> bool: ...
+
+    def text(self) -> str: ...
+
+
+#: ``estimate(gm, fuse, nodes)``: the effect of ``fuse(rw, nodes)`` (a BatchPattern's
+#: ``fuse``) on ``gm``, found without changing ``gm``
+Estimator = Callable[[GraphModule, Callable[["Rewriter", list[Node]], None], list[Node]], Profit]
 
 
 @dataclass
@@ -15,15 +37,20 @@ class Pass:
     """A named, ordered list of patterns run greedily to a fixed point.
 
     ``options`` overrides the search options of its BatchPatterns (upstream's per-fusion
-    entry in ``pre_grad_fusion_options``)."""
+    entry in ``pre_grad_fusion_options``). ``estimate`` is what the engine asks before
+    fusing a group when a BatchPattern's options set ``profitable_only`` (the catalogue's
+    passes carry :func:`optimus_lens.passes.profit.group_estimate`); a pass that needs
+    one and has none is refused when the engine starts (ValueError)."""
 
     name: str
     patterns: list[Pattern]
     options: SearchOptions | None = None
     max_iterations: int = 10
     description: str = ""
+    estimate: Estimator | None = None
 
     def to_json(self, enabled: bool = True) -> dict:
+        """The pass as a Trace records it: name, enabled, pattern names, options, description."""
         return {
             "name": self.name,
             "enabled": enabled,

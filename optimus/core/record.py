@@ -4,9 +4,8 @@ The recorder listens instead of diffing. Our engine's steps are recorded by a
 :class:`RecordingListener` on the :class:`optimus_lens.core.rewriter.Rewriter` every pattern writes
 through, so every create / erase / replace / in-place argument change is seen. The
 upstream observer (:mod:`optimus_lens.inductor.observe`) runs PyTorch's own passes, which change the
-graph directly; there :func:`recording` listens to the GraphModule's
-``_create_node_hooks``, ``_erase_node_hooks`` and ``_replace_hooks`` (the hooks
-``torch.fx.passes.graph_transform_observer`` uses) and :meth:`Recording.touched` also
+graph directly; there :func:`recording` listens to the GraphModule's node hooks
+(:func:`optimus_lens.core.hooks.node_hooks`) and :meth:`Recording.touched` also
 takes in every user of a created node (upstream rewrites sometimes assign ``node.args``).
 """
 
@@ -23,6 +22,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import _get_qualified_name
 
 from optimus_lens.core import meta
+from optimus_lens.core.hooks import node_hooks
 from optimus_lens.core.rewriter import Listener
 from optimus_lens.core.trace import Delta, GraphSnapshot, NodeRecord, source_of
 
@@ -217,12 +217,5 @@ def recording(gm: GraphModule) -> Iterator[Recording]:
         if old.name != new:
             rec.replaced[old.name] = new
 
-    gm._register_create_node_hook(on_create)
-    gm._register_erase_node_hook(on_erase)
-    gm._register_replace_node_hook(on_replace)
-    try:
+    with node_hooks(gm, on_create, on_erase, on_replace):
         yield rec
-    finally:
-        gm._unregister_create_node_hook(on_create)
-        gm._unregister_erase_node_hook(on_erase)
-        gm._unregister_replace_node_hook(on_replace)

@@ -32,6 +32,7 @@ from torch.fx.node import map_arg
 
 from optimus_lens.core import meta
 from optimus_lens.core import strides as _layout
+from optimus_lens.core.hooks import node_hooks
 
 
 class Listener:
@@ -51,11 +52,41 @@ class Listener:
     def notify_modified(self, node: Node, old_inputs: list[Node]) -> None:
         """``node``'s arguments were changed in place; ``old_inputs`` were its input nodes before."""
 
-    def notify_match_failure(self, node: Node, reason: str) -> None:
-        pass
-
     def rolled_back(self) -> None:
         pass
+
+
+class LayoutCheck(Listener):
+    """The engine-level layout check, a Rewriter listener: collects every replacement of
+    one step (all uses moved, one use moved, arguments changed in place) and, in
+    :meth:`verify`, fails the step with :class:`optimus_lens.core.strides.LayoutError` if the new
+    value's strides (from its FakeTensor ``example_value``) differ from the old one's and
+    a moved use sees the difference (:func:`optimus_lens.core.strides.broken_use`)."""
+
+    def __init__(self):
+        self.moves: list[tuple[Node, Node, list[Node]]] = []
+
+    def notify_replaced(self, old: Node, new: Node, users: list[Node]) -> None:
+        self.moves.append((old, new, users))
+
+    def notify_modified(self, node: Node, old_inputs: list[Node]) -> None:
+        now = node.all_input_nodes
+        gone = [i for i in old_inputs if i not in now]
+        came = [i for i in now if i not in old_inputs]
+        if len(gone) == 1 and len(came) == 1:
+            self.moves.append((gone[0], came[0], [node]))
+
+    def rolled_back(self) -> None:
+        self.moves = []
+
+    def verify(self) -> None:
+        for old, new, users in self.moves:
+            if new._erased:
+                continue
+            live = [u for u in users if not u._erased and new in u.all_input_nodes]
+            bad = _layout.broken_use(old, new, live)
+            if bad is not None:
+                raise _layout.LayoutError(_layout.mismatch_message(old, new, *bad))
 
 
 class InvalidGraph(RuntimeError):
@@ -89,7 +120,6 @@ class Rewriter:
         self.changed: dict[Node, None] = {}  # nodes whose inputs this step changed
         self.erased: list[Node] = []
         self._inside = 0
-        self._guard: GraphModule | None = None
 
     # ---------------------------------------------------------------- insertion point
     def inserting_before(self, node: Node | None = None):
@@ -262,10 +292,6 @@ class Rewriter:
             if k in old.meta and k not in new.meta:
                 self.set_meta(new, k, old.meta[k])
 
-    def notify_match_failure(self, node: Node, reason: str) -> None:
-        for lst in self.listeners:
-            lst.notify_match_failure(node, reason)
-
     # ---------------------------------------------------------------- internals
     def _rewire(self, old: Node, new: Node, users: list[Node]) -> None:
         self._save_users(old)
@@ -293,22 +319,12 @@ class Rewriter:
         for a change that does not come from this Rewriter (before FX applies it, so
         nothing is half done)."""
 
-        def guard(*a, **k) -> None:
+        def guard(*_: object, **__: object) -> None:
             if not self._inside:
                 raise DirectMutation("the pattern changed the graph without the Rewriter")
 
-        def guard_replace(old=None, new=None, user=None) -> None:
-            guard()
-
-        gm._register_create_node_hook(guard)
-        gm._register_erase_node_hook(guard)
-        gm._register_replace_node_hook(guard_replace)
-        try:
+        with node_hooks(gm, guard, guard, guard):
             yield self
-        finally:
-            gm._unregister_create_node_hook(guard)
-            gm._unregister_erase_node_hook(guard)
-            gm._unregister_replace_node_hook(guard_replace)
 
     def validate(self) -> None:
         """Raise :class:`InvalidGraph` if the step left a use of an erased node (or of a
@@ -357,15 +373,6 @@ class Rewriter:
         self._journal.clear()
         for lst in self.listeners:
             lst.rolled_back()
-
-    def describe(self) -> dict:
-        """Counts of the step's changes so far (for error messages and tests)."""
-        return {
-            "created": len(self.created),
-            "erased": len(self.erased),
-            "changed": len(self.changed),
-            "journal": len(self._journal),
-        }
 
 
 _MISSING = object()

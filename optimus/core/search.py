@@ -42,7 +42,8 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from torch.fx import Node
 
 from optimus_lens.core.index import GraphIndex
-from optimus_lens.core.pattern import Miss, SearchOptions
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import SearchOptions
 
 KeyFn = Callable[[Node], "Hashable | Miss"]
 

@@ -48,6 +48,8 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from optimus_lens.core import meta
+from optimus_lens.core.effects import writes_inputs
+from optimus_lens.core.miss import Miss
 
 SENSITIVE_METHODS = {
     "view": "view needs strides compatible with the new shape",
@@ -106,12 +108,6 @@ FRESH_METHODS = {
 PROPAGATE_DEPTH = 8
 
 
-def _mutates(node: Node) -> bool:
-    from optimus_lens.passes.common import writes_inputs
-
-    return writes_inputs(node)
-
-
 def direct_reason(user: Node, stands: tuple[Node, ...]) -> str | None:
     """Why ``user`` reads the layout of its input (any node of ``stands``, which stand
     for one value) itself: a row of the table, or None."""
@@ -125,7 +121,7 @@ def direct_reason(user: Node, stands: tuple[Node, ...]) -> str | None:
         r = SENSITIVE_FUNCTIONS.get(user.target)
         if r is not None and user.args and user.args[0] in stands:
             return r
-    if _mutates(user):
+    if writes_inputs(user):
         return "an in-place write through its strides"
     return None
 
@@ -379,27 +375,23 @@ class LayoutError(RuntimeError):
     both layouts."""
 
 
-def replace_miss(old: Node, new: Node):
-    """For a pattern's ``match``: a :class:`optimus_lens.core.pattern.Miss` when replacing ``old`` by
+def replace_miss(old: Node, new: Node) -> Miss | None:
+    """For a pattern's ``match``: a :class:`optimus_lens.core.miss.Miss` when replacing ``old`` by
     the existing value ``new`` would change strides that a use of ``old`` depends on and
     no ``contiguous()`` can restore them (``old`` is not contiguous); else None."""
-    from optimus_lens.core.pattern import Miss
-
     if is_dense(old):
         return None
     bad = broken_use(old, new, list(old.users))
     return Miss(mismatch_message(old, new, *bad)) if bad else None
 
 
-def fresh_output_miss(node: Node):
+def fresh_output_miss(node: Node) -> Miss | None:
     """For a fusion, which hands each member a piece of one fresh result instead of its
-    own output: a :class:`optimus_lens.core.pattern.Miss` when the member's value is not dense (an
+    own output: a :class:`optimus_lens.core.miss.Miss` when the member's value is not dense (an
     alias with gaps, e.g. ``detach`` of a split piece), so no copy can give its layout
     back, and a use sees that layout (:func:`broken_use` against a contiguous value);
     else None."""
     from contextlib import nullcontext
-
-    from optimus_lens.core.pattern import Miss
 
     t = _tensor(node)
     if t is None or t.layout != torch.strided or _static_contiguous(t) or is_dense(node):

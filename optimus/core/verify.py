@@ -15,6 +15,7 @@ import torch
 from torch.fx import GraphModule, Interpreter
 from torch.utils._pytree import tree_leaves
 
+from optimus_lens.core.effects import is_mutating
 from optimus_lens.core.trace import VerifyResult
 
 SEED = 0
@@ -67,11 +68,9 @@ class OriginalRunError(ValueError):
 
 def writes_in_place(gm: GraphModule) -> bool:
     """True when some node of ``gm`` writes in place (``add_``, ``x[i] = v``,
-    ``inplace=True``, ``out=``: :func:`optimus_lens.passes.common.is_mutating`); then
+    ``inplace=True``, ``out=``: :func:`optimus_lens.core.effects.is_mutating`); then
     :func:`run_graph` runs it on copies of the inputs, so the caller's tensors and the
     next run's inputs keep their values."""
-    from optimus_lens.passes.common import is_mutating
-
     return any(n.op in ("call_function", "call_method") and is_mutating(n) for n in gm.graph.nodes)
 
 
@@ -259,7 +258,7 @@ def _equal(x, y) -> bool:
     return x == y
 
 
-def compare(expected: list, actual: list, what: str = "output") -> VerifyResult:
+def compare_outputs(expected: list, actual: list, what: str = "output") -> VerifyResult:
     """Compare two flat lists of values with dtype-aware tolerances (``TOLERANCES``):
     element-wise ``|a - e| <= atol + rtol * |e|``. Shapes and dtypes must match exactly.
 
@@ -336,7 +335,7 @@ def check(gm: GraphModule, inputs: tuple, ref: Reference, grads: bool = False) -
         outs, gs = run_graph(gm, inputs, grads and bool(ref.grads))
     except Exception as e:  # noqa: BLE001
         return VerifyResult(False, None, None, "outputs", f"running the graph raised {type(e).__name__}: {e}")
-    res = compare(ref.outputs, outs)
+    res = compare_outputs(ref.outputs, outs)
     if res.ok:
         res = compare_layout(ref.outputs, outs) or res
     if res.ok and ref.second_inputs is not None:
@@ -351,7 +350,7 @@ def check(gm: GraphModule, inputs: tuple, ref: Reference, grads: bool = False) -
                 "second-shape",
                 f"on inputs of shape {shapes} (the original graph runs) the graph raised {type(e).__name__}: {e}",
             )
-        r2 = compare(ref.second_outputs, outs2)
+        r2 = compare_outputs(ref.second_outputs, outs2)
         if r2.ok:
             r2 = compare_layout(ref.second_outputs, outs2) or r2
         if not r2.ok:
@@ -360,7 +359,7 @@ def check(gm: GraphModule, inputs: tuple, ref: Reference, grads: bool = False) -
             )
         res = VerifyResult(res.ok, res.max_abs_err, res.max_rel_err, res.checked + "+second-shape", res.message)
     if res.ok and grads and ref.grads:
-        g = compare(ref.grads, gs, "gradient")
+        g = compare_outputs(ref.grads, gs, "gradient")
         return VerifyResult(
             g.ok,
             max(res.max_abs_err or 0, g.max_abs_err or 0),

@@ -1,4 +1,4 @@
-"""Where code lives: ``path:line`` of a definition or of a caller, as the viewer shows it.
+"""Where code lives: ``path:line`` of a definition, of a caller or of the line that raised, as the viewer shows it.
 
 A path inside the checkout the package was installed from (an editable install) is
 given relative to the checkout's root (``optimus/passes/batch.py:120``); inside an
@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +49,21 @@ def caller(depth: int = 1) -> str:
     the caller itself): the ``source`` of a rule defined at module level."""
     f = sys._getframe(depth + 1)
     return f"{shown_path(f.f_code.co_filename)}:{f.f_lineno}"
+
+
+def raised_in(cls: type, e: BaseException) -> str:
+    """``path:line`` (named as :func:`source_of` names ``cls``'s file) of the innermost
+    frame of ``e``'s traceback in the file that defines ``cls``: where a pattern's own
+    code raised. "" when no frame is in that file, or Python cannot say which file it is."""
+    try:
+        file = inspect.getsourcefile(cls)
+    except TypeError:
+        return ""
+    line = None
+    for fr in traceback.extract_tb(e.__traceback__):
+        if file and fr.filename == file:
+            line = fr.lineno
+    if line is None:
+        return ""
+    rel = source_of(cls).split(":")[0]
+    return f"{rel}:{line}" if rel else f"{file}:{line}"

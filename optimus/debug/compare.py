@@ -1,7 +1,7 @@
 """Our passes next to PyTorch Inductor's own on the same captured graph.
 
 :func:`compare_model` captures a model once, records upstream's pre-grad passes on a copy
-(:func:`optimus_lens.frontend.run.observe`, each step verified) and runs our pipeline on the capture
+(:func:`optimus_lens.inductor.observe.observe`, each step verified) and runs our pipeline on the capture
 (:func:`optimus_lens.frontend.run.optimize`, each step verified). Both start from the same FX graph,
 so original node names identify the same nodes in both runs, and a step is identified
 by (pass, sites): a fused group is the set of nodes it fused.
@@ -71,10 +71,11 @@ def compare_model(
     """Capture ``spec`` once; record upstream's passes with ``options`` (default:
     :func:`optimus_lens.inductor.observe.default_options`) and run ours — the default pipeline when
     ``options`` is None, else :func:`optimus_lens.passes.upstream_pipeline` of the same
-    options — every step of both verified. Raises as :func:`optimus_lens.frontend.run.observe` and
+    options — every step of both verified. Raises as :func:`optimus_lens.inductor.observe.observe` and
     :func:`optimus_lens.frontend.run.optimize`."""
     from optimus_lens.frontend.capture import capture
-    from optimus_lens.frontend.run import load_model, observe, optimize
+    from optimus_lens.frontend.run import load_model, optimize
+    from optimus_lens.inductor.observe import observe
     from optimus_lens.passes import upstream_pipeline
 
     model, inputs, name = load_model(spec)

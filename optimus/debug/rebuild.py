@@ -174,12 +174,6 @@ def graph_module(snap: GraphSnapshot, attrs: dict[str, torch.Tensor] | None = No
     return GraphModule(root, g, "Rebuilt")
 
 
-def nodes_by_record_name(gm: GraphModule) -> dict[str, Node]:
-    """name -> node of a rebuilt GraphModule (FX keeps record names unless one shadows a
-    Python builtin, which FX renames)."""
-    return {n.name: n for n in gm.graph.nodes}
-
-
 # --------------------------------------------------------------------------- inputs
 
 

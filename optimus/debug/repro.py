@@ -67,10 +67,10 @@ def step_spec(trace: Trace, index: int) -> dict:
         opts = next((p.get("options", {}) for p in trace.passes if p.get("name") == step.pass_name), {})
         spec["upstream"] = {"pass": step.pass_name, "options": opts, "torch": trace.capture.get("torch")}
     else:
-        from optimus_lens.core.pattern import get
+        from optimus_lens.passes import pattern_named
 
         try:
-            spec["pattern_module"] = type(get(step.pattern)).__module__
+            spec["pattern_module"] = type(pattern_named(step.pattern)).__module__
         except KeyError as e:
             raise ReproError(e.args[0]) from None
     return spec
@@ -137,10 +137,10 @@ def apply_step(gm: GraphModule, spec: dict) -> None:
     if "upstream" in spec:
         from torch._inductor.fx_passes.group_batch_fusion import PRE_GRAD_FUSIONS, graph_search_options
 
-        from optimus_lens.inductor.observe import _own_counters
+        from optimus_lens.inductor.watch import own_counters
 
         name = spec["upstream"]["pass"]
-        with _own_counters():  # upstream's counters of the caller are left as they were
+        with own_counters():  # upstream's counters of the caller are left as they were
             if name in PRE_GRAD_FUSIONS:
                 options = {**graph_search_options, **spec["upstream"].get("options", {})}
                 PRE_GRAD_FUSIONS[name](graph_search_options=options).fuse(gm.graph, sites)
@@ -161,7 +161,7 @@ def _apply_upstream_match(gm: GraphModule, spec: dict) -> None:
     from torch._inductor import pattern_matcher as pm
     from torch._inductor.fx_passes.pre_grad import PRE_GRAD_PATTERNS, lazy_init
 
-    from optimus_lens.inductor.observe import _entry_name, _subclasses
+    from optimus_lens.inductor.watch import entry_name, subclasses
 
     lazy_init()
     if spec["upstream"]["pass"] not in PRE_GRAD_PATTERNS:
@@ -173,7 +173,7 @@ def _apply_upstream_match(gm: GraphModule, spec: dict) -> None:
             if (
                 graph is gm.graph
                 and not applied
-                and _entry_name(self) == spec["pattern"]
+                and entry_name(self) == spec["pattern"]
                 and {n.name for n in match.nodes} == want
             ):
                 applied.append(True)
@@ -182,7 +182,7 @@ def _apply_upstream_match(gm: GraphModule, spec: dict) -> None:
 
         return apply
 
-    saved = [(cls, cls.__dict__["apply"]) for cls in _subclasses(pm.PatternEntry) if "apply" in cls.__dict__]
+    saved = [(cls, cls.__dict__["apply"]) for cls in subclasses(pm.PatternEntry) if "apply" in cls.__dict__]
     try:
         for cls, orig in saved:
             cls.apply = wrap(orig)
@@ -197,12 +197,13 @@ def _apply_upstream_match(gm: GraphModule, spec: dict) -> None:
 
 
 def _apply_ours(gm: GraphModule, spec: dict, sites: list) -> None:
-    from optimus_lens.core.pattern import BatchPattern, Match, get
+    from optimus_lens.core.pattern import BatchPattern, Match
     from optimus_lens.core.rewriter import Rewriter
+    from optimus_lens.passes import pattern_named
 
     if spec.get("pattern_module"):
         importlib.import_module(spec["pattern_module"])
-    pattern = get(spec["pattern"])
+    pattern = pattern_named(spec["pattern"])
     if isinstance(pattern, BatchPattern):
         pattern.fuse(Rewriter(gm.graph), sites)
         return

@@ -8,7 +8,7 @@ of the graph, never from a separate rule of thumb:
 * the run fuses or rewrites the node at step M >= N: "fuses at step M with ...";
 * another step erases it first: "erased at step M by ...";
 * otherwise, the reason read on the graph where the pattern's pass stopped (its fixed
-  point): the condition that failed (the pattern's :class:`~optimus_lens.core.pattern.Miss`), or
+  point): the condition that failed (the pattern's :class:`~optimus_lens.core.miss.Miss`), or
   for a batch fusion, how many nodes share its group key, how many of them are mutually
   independent, and which members it depends on or feeds.
 
@@ -21,13 +21,15 @@ from dataclasses import dataclass, field
 
 from torch.fx import GraphModule, Node
 
-from optimus_lens.core.engine import Engine, Pass, Pipeline, RunOptions, copy_graph_module
+from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
 from optimus_lens.core.index import GraphIndex
-from optimus_lens.core.pattern import BatchPattern, Miss, RewritePattern, graph_unchanged, why_not
+from optimus_lens.core.memo import graph_unchanged
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import BatchPattern, RewritePattern, why_not
+from optimus_lens.core.pipeline import Pass, Pipeline
 from optimus_lens.core.record import target_name
 from optimus_lens.core.search import fusion_candidates, is_search_root, max_antichain
 from optimus_lens.core.trace import Step
-from optimus_lens.passes.profit import group_estimate
 
 LIST = 6  # node names listed in a reason before "..."
 
@@ -262,8 +264,8 @@ class DryRun:
             )
         if opts.search == "upstream":
             return _near(self._upstream_reason(node, members, opts, pattern, gm), others)
-        if opts.profitable_only and node in anti:
-            est = group_estimate(gm, pattern.fuse, list(anti))
+        if opts.profitable_only and node in anti and p.estimate is not None:
+            est = p.estimate(gm, pattern.fuse, list(anti))
             if not est.profitable:
                 return _near(
                     f"{len(anti)} independent nodes share its group key ({_names([m for m in anti if m is not node])}), "

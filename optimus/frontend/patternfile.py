@@ -31,7 +31,8 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 from optimus_lens.core import lang
-from optimus_lens.core.pattern import BatchPattern, Miss, Pattern, RewritePattern
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import BatchPattern, Pattern, RewritePattern
 from optimus_lens.core.rewriter import Rewriter
 
 _LOADS = itertools.count()
@@ -326,17 +327,26 @@ def _call(p: Pattern, fn: Callable, n: Node) -> Any:
 
 def pipeline_with(pattern_file: PatternFile, passes: list[str] | None = None, base=None):
     """``base`` (default: the default pipeline) with ``pattern_file``'s patterns as one
-    extra pass (named after the file) at the end. ``passes`` names the enabled passes, the file's pass
+    extra pass (named after the file) at the end, judged by the catalogue's profit estimate
+    where a pattern asks for ``profitable_only``. ``passes`` names the enabled passes, the file's pass
     included (``["swish"]`` runs the file's patterns alone); None enables all. Raises
     KeyError for an unknown pass name."""
-    from optimus_lens.core.engine import Pass, Pipeline
+    from optimus_lens.core.pipeline import Pass, Pipeline
     from optimus_lens.passes import default_pipeline
+    from optimus_lens.passes.profit import group_estimate
 
     base = base or default_pipeline()
     if pattern_file.pass_name in base.names():
         raise KeyError(f"pattern file pass {pattern_file.pass_name!r} has the name of a shipped pass; rename the file")
     pipe = Pipeline(
         base.passes
-        + [Pass(pattern_file.pass_name, pattern_file.patterns, description=f"patterns of {pattern_file.path}")]
+        + [
+            Pass(
+                pattern_file.pass_name,
+                pattern_file.patterns,
+                description=f"patterns of {pattern_file.path}",
+                estimate=group_estimate,
+            )
+        ]
     )
     return pipe.only(list(passes)) if passes is not None else pipe

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch.fx import GraphModule
 
-from optimus_lens.core.engine import Engine, Pipeline, RunOptions
+from optimus_lens.core.engine import Engine, RunOptions
+from optimus_lens.core.pipeline import Pipeline
 from optimus_lens.core.trace import Step, Trace
 from optimus_lens.frontend.capture import Captured, capture
 
@@ -264,7 +265,7 @@ def optimize(
     from optimus_lens.passes import default_pipeline
 
     if captured is not None:
-        name = _run_name(spec_or_model)
+        name = run_name(spec_or_model)
     else:
         model, inputs, name = model_and_inputs(spec_or_model, inputs)
     pipe = pipeline or default_pipeline()
@@ -288,60 +289,13 @@ def optimize(
     return RunResult(engine.trace, captured, engine, name)
 
 
-def _run_name(spec_or_model: str | torch.nn.Module) -> str:
+def run_name(spec_or_model: str | torch.nn.Module) -> str:
     """The name a run is recorded under, as :func:`load_model` gives it: a sample's bare
-    name, another spec as written, a model object's class name."""
+    name, another spec as written, a model object's class name (also for
+    :func:`optimus_lens.inductor.observe.observe`)."""
     if isinstance(spec_or_model, str):
         return spec_or_model.removeprefix("sample:")
     return type(spec_or_model).__name__
-
-
-@dataclass
-class ObserveResult:
-    """A recorded run of PyTorch's own pre-grad passes: the Trace (one Step per upstream
-    rewrite), the capture it started from (untouched: upstream ran on a copy), and the
-    ``pre_grad_fusion_options`` used."""
-
-    trace: Trace
-    captured: Captured
-    options: dict
-    spec: str
-
-
-def observe(
-    spec_or_model: str | torch.nn.Module,
-    inputs: tuple | None = None,
-    options: dict | None = None,
-    verify: bool = True,
-    capture_method: str = "dynamo",
-    graph_index: int | None = None,
-    captured: Captured | None = None,
-    keep_going: bool = True,
-) -> ObserveResult:
-    """Capture a model and record Inductor's pre-grad passes on it step by step
-    (:func:`optimus_lens.inductor.observe.observe_upstream`), each step verified against the original
-    graph where upstream leaves the graph sorted (``verify``).
-
-    ``options`` is upstream's ``pre_grad_fusion_options`` (default:
-    :func:`optimus_lens.inductor.observe.default_options`, the equivalent of our default pipeline).
-    ``captured`` reuses a capture instead of capturing again. With ``keep_going``
-    (default) an upstream rule that raises becomes the trace's last, failed step instead
-    of an exception (see :func:`optimus_lens.inductor.observe.observe_upstream`). Raises
-    ModelSpecError, optimus_lens.frontend.capture.CaptureError, KeyError / TypeError for bad options,
-    and what upstream raises outside its rules (or in them, without ``keep_going``)."""
-    from optimus_lens.inductor.observe import default_options, observe_upstream
-
-    if captured is None:
-        model, inputs, name = model_and_inputs(spec_or_model, inputs)
-        captured = capture(model, tuple(inputs), method=capture_method, graph_index=graph_index)
-    else:
-        name = _run_name(spec_or_model)
-    opts = default_options() if options is None else options
-    trace = observe_upstream(
-        captured.gm, captured.example_inputs, opts, model_name=name, verify=verify, keep_going=keep_going
-    )
-    trace.capture.update({k: v for k, v in captured.info().items() if k not in trace.capture})
-    return ObserveResult(trace, captured, opts, name)
 
 
 def run_pipeline(

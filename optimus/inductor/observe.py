@@ -16,20 +16,17 @@ inside a ``PatternMatcherPass``). Which of them run is chosen by
   so every upstream fusion or pattern replacement becomes one :class:`~optimus_lens.core.trace.Step`
   that the viewer can step through like one of ours.
 
-Both attribute graph changes by wrapping, for the duration of the call only, upstream's
-``GroupBatchFusionBase`` subclasses' ``fuse``, the pattern entries' ``apply`` and
-``PatternMatcherPass.apply`` (for the pass name), plus ``torch.fx.Node._update_args_kwargs``
-(upstream rewires some uses by ``node.update_arg``, which fires no FX hook). Everything is
-restored on exit, also when upstream raises.
+* :func:`observe` captures a model spec first, as :func:`optimus_lens.frontend.run.optimize`
+  does for our passes (the CLI's ``optimus upstream``, the app's upstream source).
+
+Both attribute graph changes to the rule call that made them through
+:mod:`optimus_lens.inductor.watch`.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,11 +35,20 @@ from torch.fx import GraphModule, Node
 
 from optimus_lens.core import verify as _verify
 from optimus_lens.core.engine import copy_graph_module
-from optimus_lens.core.record import Recording, node_record, recording, snapshot_graph
+from optimus_lens.core.record import Recording, node_record, snapshot_graph
 from optimus_lens.core.trace import Delta, GraphSnapshot, Step, Trace, VerifyResult
-
-#: the counter group upstream's split/cat passes write to (split_cat.py reads the same variable)
-COUNTER_GROUP = os.environ.get("TORCHINDUCTOR_PATTERN_MATCH_BACKEND", "inductor")
+from optimus_lens.frontend.capture import Captured, capture
+from optimus_lens.frontend.run import model_and_inputs, run_name
+from optimus_lens.inductor.watch import (
+    OTHER_PASS,
+    Application,
+    Watcher,
+    entry_name,
+    own_counters,
+    patched_rules,
+    upstream_config,
+    upstream_counters,
+)
 
 #: counters that are statistics about rewrites, not rewrites (the ``scmerge_*`` family too)
 BOOKKEEPING = frozenset({"pattern_matcher_count", "pattern_matcher_nodes"})
@@ -54,33 +60,11 @@ COUNTER_PASS = {
     "decompose_bmm": "decompose_mm_pass",
 }
 
-OTHER_PASS = "pre_grad_passes"
-OTHER_PATTERN = "other pre-grad rewrite"
 UNRECORDED_PATTERN = "unrecorded changes"
 UNSORTED_MESSAGE = "upstream leaves the graph unsorted until its final stable_topological_sort"
 
 
 # --------------------------------------------------------------------------- results
-
-
-@dataclass
-class Application:
-    """One upstream rule application: a ``fuse(graph, subset)`` call of a group/batch
-    fusion, or an ``apply(match, graph, node)`` call of a pattern entry.
-
-    ``counters`` holds the counter increments made during the call; ``changed`` says
-    whether the graph changed at all; ``identity`` that it only replaced nodes by equal
-    ones (same op, target, args and kwargs), as ``normalize_unbind_default`` /
-    ``normalize_stack_default`` do for nodes already in normal form."""
-
-    pass_name: str
-    pattern: str
-    sites: list[str]
-    counters: dict[str, int]
-    changed: bool
-    identity: bool
-    seconds: float
-    match_s: float = 0.0
 
 
 @dataclass
@@ -214,10 +198,6 @@ def fusions_per_pass(counters: dict[str, int], applications: list[Application] |
 # --------------------------------------------------------------------------- the watcher
 
 
-def _form(n: Node) -> tuple:
-    return (n.op, n.target, n.args, dict(n.kwargs))
-
-
 def _is_sorted(gm: GraphModule) -> bool:
     seen: set[Node] = set()
     for n in gm.graph.nodes:
@@ -227,250 +207,10 @@ def _is_sorted(gm: GraphModule) -> bool:
     return True
 
 
-class _Watcher:
-    """Attributes every change upstream makes to ``gm``'s graph to the rule call that
-    made it (or to :data:`OTHER_PASS` for changes made between rule calls).
-
-    ``on_change(app, rec, touched)`` is called for every rule call or in-between span
-    that changed the graph; ``touched`` holds the nodes whose args were reassigned."""
-
-    def __init__(self, gm: GraphModule, on_change: Callable[[Application, Recording, list[Node]], None]):
-        self.gm, self.graph = gm, gm.graph
-        self.on_change = on_change
-        self.passes: list[str] = []
-        self.depth = 0
-        self.touched: dict[int, Node] = {}
-        self.applications: list[Application] = []
-        self._outside: Any = None
-        self._outside_rec: Recording | None = None
-        self._t_end = time.perf_counter()
-        #: (application, recording, touched nodes, exception) of a rule call that raised
-        self.failure: tuple[Application, Recording, list[Node], Exception] | None = None
-
-    # ---- spans between rule calls
-    def open_outside(self) -> None:
-        self.touched = {}
-        self._outside = recording(self.gm)
-        self._outside_rec = self._outside.__enter__()
-
-    def close_outside(self, emit: bool = True) -> None:
-        if self._outside is None:
-            return
-        cm, rec = self._outside, self._outside_rec
-        self._outside = self._outside_rec = None
-        cm.__exit__(None, None, None)
-        touched = self._drain()
-        if emit and (self._changed(rec) or touched):
-            self.on_change(Application(OTHER_PASS, OTHER_PATTERN, [], {}, True, False, 0.0), rec, touched)
-
-    # ---- rule calls
-    def application(self, pass_name: str, pattern: str, sites: list, fn: Callable[[], Any]) -> Any:
-        if self.depth:  # a nested call (super().fuse, a pass inside a rule) belongs to the outer one
-            return fn()
-        self.close_outside()
-        site_nodes = [n for n in sites if isinstance(n, Node)]
-        forms = [_form(n) for n in site_nodes]
-        before = dict(_counters())
-        t0 = time.perf_counter()
-        match_s = t0 - self._t_end
-        self.depth += 1
-        self.touched = {}
-        rec = Recording()
-        try:
-            with recording(self.gm) as rec:
-                result = fn()
-        except Exception as e:
-            self.failure = (
-                Application(
-                    pass_name, pattern, [n.name for n in site_nodes], {}, True, False, time.perf_counter() - t0, match_s
-                ),
-                rec,
-                self._drain(),
-                e,
-            )
-            raise
-        finally:
-            self.depth -= 1
-        seconds = time.perf_counter() - t0
-        after = _counters()
-        delta = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
-        touched = self._drain()
-        changed = self._changed(rec) or any(not n._erased for n in touched)
-        app = Application(
-            pass_name,
-            pattern,
-            [n.name for n in site_nodes],
-            delta,
-            changed,
-            self._identity(rec, site_nodes, forms),
-            seconds,
-            match_s,
-        )
-        self.applications.append(app)
-        if changed:
-            self.on_change(app, rec, touched)
-        self._t_end = time.perf_counter()
-        self.open_outside()
-        return result
-
-    def _drain(self) -> list[Node]:
-        out = [n for n in self.touched.values() if not n._erased]
-        self.touched = {}
-        return out
-
-    @staticmethod
-    def _changed(rec: Recording) -> bool:
-        return bool(rec.created or rec.erased or rec.rewired)
-
-    @staticmethod
-    def _identity(rec: Recording, sites: list[Node], forms: list[tuple]) -> bool:
-        created = rec.created_alive()
-        created_ids = {id(n) for n in rec.created}
-        erased = [n for n in rec.erased if id(n) not in created_ids]
-        if not erased or len(created) != len(erased):
-            return False
-        pool = [forms[sites.index(n)] for n in erased if n in sites]
-        if len(pool) != len(erased):
-            return False
-        for c in created:
-            f = _form(c)
-            if f not in pool:
-                return False
-            pool.remove(f)
-        return True
-
-
-def _counters() -> Counter:
-    from torch._dynamo.utils import counters
-
-    return counters[COUNTER_GROUP]
-
-
-def _subclasses(cls: type) -> list[type]:
-    out, todo = [], [cls]
-    while todo:
-        c = todo.pop()
-        out.append(c)
-        todo.extend(c.__subclasses__())
-    return list(dict.fromkeys(out))
-
-
-def _entry_name(entry: Any) -> str:
-    handler = getattr(entry, "handler", None)
-    if handler is not None:
-        while hasattr(handler, "func"):  # functools.partial
-            handler = handler.func
-        return getattr(handler, "__name__", type(entry).__name__)
-    return getattr(entry, "pattern_name", None) or type(entry).__name__
-
-
-_ACTIVE: list[_Watcher] = []
-
-
-@contextmanager
-def _patched(w: _Watcher) -> Iterator[None]:
-    """Wrap upstream's rule entry points so each call runs through ``w.application``;
-    restore every wrapped attribute on exit, also when the body raises."""
-    from torch._inductor import pattern_matcher as pm
-    from torch._inductor.fx_passes import group_batch_fusion as gbf
-
-    if _ACTIVE:
-        raise RuntimeError("upstream passes are already being observed in this process")
-    names = {cls: name for reg in (gbf.POST_GRAD_FUSIONS, gbf.PRE_GRAD_FUSIONS) for name, cls in reg.items()}
-    saved: list[tuple[type, str, bool, Any]] = []
-
-    def patch(owner: type, attr: str, new: Any) -> None:
-        saved.append((owner, attr, attr in owner.__dict__, owner.__dict__.get(attr)))
-        setattr(owner, attr, new)
-
-    def wrap_fuse(orig):
-        def fuse(self, graph, subset):
-            if graph is not w.graph:
-                return orig(self, graph, subset)
-            cls = type(self)
-            return w.application(
-                names.get(cls, cls.__name__), cls.__name__, list(subset), lambda: orig(self, graph, subset)
-            )
-
-        return fuse
-
-    def wrap_entry(orig):
-        def apply(self, match, graph, node):
-            if graph is not w.graph:
-                return orig(self, match, graph, node)
-            pass_name = w.passes[-1] if w.passes else "pattern_matcher"
-            return w.application(
-                pass_name, _entry_name(self), list(match.nodes), lambda: orig(self, match, graph, node)
-            )
-
-        return apply
-
-    def wrap_pass(orig):
-        def apply(self, gm):
-            w.passes.append(self.pass_name or "pattern_matcher")
-            try:
-                return orig(self, gm)
-            finally:
-                w.passes.pop()
-
-        return apply
-
-    orig_update = Node._update_args_kwargs
-
-    def update_args_kwargs(node, args, kwargs):
-        orig_update(node, args, kwargs)
-        if getattr(node, "graph", None) is w.graph:
-            w.touched[id(node)] = node
-
-    _ACTIVE.append(w)
-    try:
-        for cls in _subclasses(gbf.GroupBatchFusionBase):
-            if "fuse" in cls.__dict__:
-                patch(cls, "fuse", wrap_fuse(cls.__dict__["fuse"]))
-        for cls in _subclasses(pm.PatternEntry):
-            if "apply" in cls.__dict__:
-                patch(cls, "apply", wrap_entry(cls.__dict__["apply"]))
-        patch(pm.PatternMatcherPass, "apply", wrap_pass(pm.PatternMatcherPass.__dict__["apply"]))
-        patch(Node, "_update_args_kwargs", update_args_kwargs)
-        yield
-    finally:
-        for owner, attr, had, old in reversed(saved):
-            if had:
-                setattr(owner, attr, old)
-            else:
-                delattr(owner, attr)
-        _ACTIVE.remove(w)
-
-
-@contextmanager
-def _upstream_config(options: dict) -> Iterator[None]:
-    """``pre_grad_fusion_options=options`` with no user ``pre_grad_custom_pass`` (only
-    Optimus runs) and the pattern matcher on; the previous config is restored on exit."""
-    import torch._inductor.config as cfg
-
-    with cfg.patch(pre_grad_fusion_options=options, pre_grad_custom_pass=None, pattern_matcher=True):
-        yield
-
-
-@contextmanager
-def _own_counters() -> Iterator[None]:
-    """Clear ``counters[COUNTER_GROUP]`` for the body and put the caller's back after.
-
-    The Counter object is looked up afresh each time: upstream's pattern-matcher
-    ``lazy_init`` replaces ``counters[backend]`` with a copy on first use."""
-    saved = dict(_counters())
-    _counters().clear()
-    try:
-        yield
-    finally:
-        _counters().clear()
-        _counters().update(saved)
-
-
-def _run(gm: GraphModule, example_inputs: tuple, options: dict, w: _Watcher) -> tuple[GraphModule, dict, float]:
+def _run(gm: GraphModule, example_inputs: tuple, options: dict, w: Watcher) -> tuple[GraphModule, dict, float]:
     from torch._inductor.fx_passes.pre_grad import pre_grad_passes
 
-    with _own_counters(), _upstream_config(options), _patched(w):
+    with own_counters(), upstream_config(options), patched_rules(w):
         w.open_outside()
         t0 = time.perf_counter()
         try:
@@ -480,7 +220,7 @@ def _run(gm: GraphModule, example_inputs: tuple, options: dict, w: _Watcher) -> 
             raise
         seconds = time.perf_counter() - t0
         w.close_outside()
-        counts = {k: int(v) for k, v in _counters().items() if v}
+        counts = {k: int(v) for k, v in upstream_counters().items() if v}
     return out, counts, seconds
 
 
@@ -501,7 +241,7 @@ def run_upstream(gm: GraphModule, example_inputs: tuple, options: dict) -> Upstr
     check_options(options)
     copy = copy_graph_module(gm)
     before = len(copy.graph.nodes)
-    w = _Watcher(copy, lambda app, rec, touched: None)
+    w = Watcher(copy, lambda app, rec, touched: None)
     out, counts, seconds = _run(copy, example_inputs, options, w)
     return UpstreamRun(out, counts, seconds, before, len(out.graph.nodes), w.applications)
 
@@ -588,7 +328,7 @@ def observe_upstream(
                 else VerifyResult(None, checked="not-checkable", message=UNSORTED_MESSAGE)
             )
 
-    w = _Watcher(copy, on_change)
+    w = Watcher(copy, on_change)
     try:
         out, counts, seconds = _run(copy, inputs, options, w)
     except Exception as e:
@@ -626,13 +366,60 @@ def observe_upstream(
     return trace
 
 
+@dataclass
+class ObserveResult:
+    """A recorded run of PyTorch's own pre-grad passes: the Trace (one Step per upstream
+    rewrite), the capture it started from (untouched: upstream ran on a copy), and the
+    ``pre_grad_fusion_options`` used."""
+
+    trace: Trace
+    captured: Captured
+    options: dict
+    spec: str
+
+
+def observe(
+    spec_or_model: str | torch.nn.Module,
+    inputs: tuple | None = None,
+    options: dict | None = None,
+    verify: bool = True,
+    capture_method: str = "dynamo",
+    graph_index: int | None = None,
+    captured: Captured | None = None,
+    keep_going: bool = True,
+) -> ObserveResult:
+    """Capture a model and record Inductor's pre-grad passes on it step by step
+    (:func:`observe_upstream`), each step verified against the original graph where
+    upstream leaves the graph sorted (``verify``): upstream's counterpart of
+    :func:`optimus_lens.frontend.run.optimize`.
+
+    ``options`` is upstream's ``pre_grad_fusion_options`` (default:
+    :func:`default_options`, the equivalent of our default pipeline). ``captured`` reuses
+    a capture instead of capturing again. With ``keep_going`` (default) an upstream rule
+    that raises becomes the trace's last, failed step instead of an exception (see
+    :func:`observe_upstream`). Raises optimus_lens.frontend.run.ModelSpecError,
+    optimus_lens.frontend.capture.CaptureError, KeyError / TypeError for bad options,
+    and what upstream raises outside its rules (or in them, without ``keep_going``)."""
+    if captured is None:
+        model, inputs, name = model_and_inputs(spec_or_model, inputs)
+        captured = capture(model, tuple(inputs), method=capture_method, graph_index=graph_index)
+    else:
+        name = run_name(spec_or_model)
+    opts = default_options() if options is None else options
+    trace = observe_upstream(
+        captured.gm, captured.example_inputs, opts, model_name=name, verify=verify, keep_going=keep_going
+    )
+    trace.capture.update({k: v for k, v in captured.info().items() if k not in trace.capture})
+    return ObserveResult(trace, captured, opts, name)
+
+
 def _pass_json(name: str, opts: dict) -> dict:
     fusions, patterns = _registries()
     if name in fusions:
         pats, kind = [fusions[name].__name__], "group/batch fusion (group_batch_fusion.py)"
     else:
         entries = [e for es in patterns[name].patterns.values() for e in es]
-        pats, kind = list(dict.fromkeys(_entry_name(e) for e in entries)), "pattern pass (split_cat.py)"
+        pats, kind = list(dict.fromkeys(entry_name(e) for e in entries)), "pattern pass (split_cat.py)"
     return {
         "name": name,
         "enabled": True,

@@ -1,17 +1,35 @@
 """The predefined Optimus patterns and the default pipeline.
 
-Importing this package registers every shipped pattern in ``optimus_lens.core.pattern.REGISTRY``.
+Importing this package registers every shipped pattern in ``optimus_lens.core.pattern.REGISTRY``,
+so this is the one module that knows every pattern: look one up with :func:`pattern_named`,
+all of them with :func:`all_patterns`.
 """
 
 from __future__ import annotations
 
 # ruff: noqa: I001 - the imports register the patterns, in this order (REGISTRY's order)
 from optimus_lens.core.pipeline import Pass, Pipeline
-from optimus_lens.core.pattern import REGISTRY
+from optimus_lens.core.pattern import REGISTRY, Pattern
 from optimus_lens.passes import batch, split_cat  # noqa: F401  (registration)
 from optimus_lens.passes import normalize, einsum  # noqa: F401  (registration)
 from optimus_lens.passes import contract  # noqa: F401  (registration)
 from optimus_lens.passes.batch_extra import EXTRA_BATCH_PASSES
+from optimus_lens.passes.profit import group_estimate
+
+
+def pattern_named(name: str) -> Pattern:
+    """The registered pattern ``name`` (a shipped one, or one a loaded pattern file
+    registered); KeyError listing the known names otherwise."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown pattern {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+
+
+def all_patterns() -> list[Pattern]:
+    """Every registered pattern, in registration order (the shipped ones first)."""
+    return list(REGISTRY.values())
+
 
 # the shipped batch fusions in pipeline order: each registration's ``pipeline_order`` (upstream's
 # order, the registration order of torch/_inductor/fx_passes/group_batch_fusion.py)
@@ -71,7 +89,7 @@ def default_pipeline(search: str | None = None, profitable_only: bool = False) -
     ``search`` ("global" or "upstream", see :class:`optimus_lens.core.pattern.SearchOptions`)
     overrides every batch fusion's search mode; None keeps each pattern's own (global).
     ``profitable_only`` skips groups whose estimated effect is a slowdown
-    (:mod:`optimus_lens.passes.profit`) in every batch fusion; the fusions beyond upstream's
+    (:func:`optimus_lens.passes.profit.group_estimate`, every batch pass's ``estimate``) in every batch fusion; the fusions beyond upstream's
     catalogue that fuse groups of two (``batch_softmax``, ``batch_mul``, ``batch_sum``)
     always do. Raises ValueError for another mode."""
     passes = [pattern_pass("normalization_pass")]
@@ -80,6 +98,7 @@ def default_pipeline(search: str | None = None, profitable_only: bool = False) -
             name,
             [REGISTRY[name]],
             description=REGISTRY[name].description,
+            estimate=group_estimate,
             options=None
             if search is None and not profitable_only
             else REGISTRY[name].options.replace(
@@ -140,6 +159,7 @@ def upstream_pipeline(options: dict) -> Pipeline:
                     [pattern],
                     options=pattern.options.replace(**{"search": "upstream", **opts}),
                     description=pattern.description,
+                    estimate=group_estimate,
                 )
             )
         elif name in PATTERN_PASSES:

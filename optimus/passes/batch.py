@@ -11,11 +11,12 @@ slice of the result. Where this catalogue differs from upstream, it is on purpos
   and ``clamp(x, 0, 1)`` never joins them (upstream keys ``str(node.kwargs)`` only and
   applies the first member's kwargs to all, dropping positional bounds).
 * No member may be written in place, through a view or not, and no member may read a
-  tensor that is written in place anywhere (``is_written``): the fused op reads its
+  tensor that is written in place anywhere (``mutation_miss``): the fused op reads its
   inputs at another point of the program, and the members' outputs become views of one
   multi-output ``unbind``/``split``, which autograd forbids writing to. Upstream checks
   direct users of the output only, and misses ``inplace`` passed positionally.
-* ``batch_linear`` and ``batch_linear_lhs`` also take the GPT-2 forms of a linear:
+* ``batch_linear`` and ``batch_linear_lhs`` also take the GPT-2 forms of a linear
+  (:mod:`optimus_lens.passes.linears`):
   ``torch.addmm(b, x, W)`` (HF ``Conv1D``, W is (K, N)) and ``x @ W`` / ``torch.matmul``
   with a 2-D weight; members of one group share a form, so their weights share a layout.
 * Dropout is fused only when ``training=False``. In training mode the members draw one
@@ -29,7 +30,6 @@ slice of the result. Where this catalogue differs from upstream, it is on purpos
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,130 +37,31 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.pattern import BatchPattern, Miss, SearchOptions, register
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import BatchPattern, SearchOptions, register
 from optimus_lens.core.rewriter import Rewriter
-from optimus_lens.core.strides import fresh_output_miss
 from optimus_lens.passes.common import (
     LAYER_NORM,
-    LINEAR,
     RELU,
     REQUIRED,
     SIGMOID,
     TANH,
     bind_args,
-    call,
+    fusion_miss,
     is_call,
-    is_written,
     replace_with_getitems,
     tensor_key,
-    writes_inputs,
 )
+from optimus_lens.passes.linears import LINEAR_LIKE, RESHAPES, LinearOperands, linear_operands, value_id
 
 NOT_A: dict[str, Miss] = {}
-
-ADDMM = ({torch.addmm}, {"addmm"})
-MATMUL = ({torch.matmul, operator.matmul}, {"matmul", "__matmul__"})
 
 
 def _miss_not(op: str) -> Miss:
     return NOT_A.setdefault(op, Miss(f"not a {op} node"))
 
 
-def fusion_miss(node: Node) -> Miss | None:
-    """Why ``node`` must not be fused: an in-place write (:func:`mutation_miss`), or a
-    layout its uses depend on that a fused result cannot give back
-    (:func:`optimus_lens.core.strides.fresh_output_miss`)."""
-    return mutation_miss(node) or fresh_output_miss(node)
-
-
-def mutation_miss(node: Node) -> Miss | None:
-    """Why ``node`` must not be fused because of an in-place write, or None: the node
-    writes in place itself (``inplace=True`` / ``out=``), its output or a view of it is
-    written in place, or one of its inputs (or a tensor sharing its storage) is."""
-    if writes_inputs(node):
-        return Miss("the op writes in place (inplace=True or out=)")
-    if is_written(node):
-        return Miss("a user mutates the output (or a view of it) in place")
-    for i in node.all_input_nodes:
-        if is_written(i):
-            return Miss(f"input {i.name} (or a tensor sharing its storage) is mutated in place")
-    return None
-
-
 # ------------------------------------------------------------------------ linears
-
-
-@dataclass(frozen=True)
-class LinearOperands:
-    """A linear in one of its three pre-grad spellings, as ``y = x @ W' + b``.
-
-    ``form`` is "linear" (``F.linear(x, W, b)``, W is (N, K)), "addmm"
-    (``torch.addmm(b, x, W)``, HF Conv1D, W is (K, N)) or "matmul" (``x @ W``, W is
-    (K, N), no bias). x is (..., K), the output (..., N)."""
-
-    form: str
-    x: Node
-    w: Node
-    b: Node | None
-
-    @property
-    def weight_is_nk(self) -> bool:
-        return self.form == "linear"
-
-    @property
-    def out_features(self) -> int:
-        return meta.shape(self.w)[0 if self.weight_is_nk else 1]
-
-    @property
-    def in_features(self) -> int:
-        return meta.shape(self.w)[1 if self.weight_is_nk else 0]
-
-
-#: every target ``linear_operands`` accepts (the linear patterns' anchors)
-LINEAR_LIKE = frozenset().union(*LINEAR, *ADDMM, *MATMUL)
-
-
-def linear_operands(node: Node) -> LinearOperands | Miss:
-    """The operands of a linear-like node, or a Miss naming the failed condition.
-
-    Accepted: ``torch._C._nn.linear`` / ``F.linear`` (one object); ``torch.addmm`` /
-    ``Tensor.addmm`` with beta = alpha = 1; ``torch.matmul`` / ``@`` / ``Tensor.matmul``
-    whose right operand is a placeholder or get_attr (a weight; Dynamo lifts parameters
-    to placeholders). x must have rank >= 2 (addmm: exactly 2), W rank 2, the bias rank 1
-    (or 2 for addmm)."""
-    if is_call(node, *LINEAR):
-        a = bind_args(node, (("input", REQUIRED), ("weight", REQUIRED), ("bias", None)))
-        if isinstance(a, Miss):
-            return a
-        form, x, w, b = "linear", a["input"], a["weight"], a["bias"]
-    elif is_call(node, *ADDMM):
-        a = bind_args(node, (("input", REQUIRED), ("mat1", REQUIRED), ("mat2", REQUIRED), ("beta", 1), ("alpha", 1)))
-        if isinstance(a, Miss):
-            return a
-        if a["beta"] != 1 or a["alpha"] != 1:
-            return Miss("addmm with beta or alpha other than 1")
-        form, x, w, b = "addmm", a["mat1"], a["mat2"], a["input"]
-    elif is_call(node, *MATMUL):
-        a = bind_args(node, (("input", REQUIRED), ("other", REQUIRED)))
-        if isinstance(a, Miss):
-            return a
-        form, x, w, b = "matmul", a["input"], a["other"], None
-        if not (isinstance(w, Node) and w.op in ("placeholder", "get_attr")):
-            return Miss("matmul's right operand is not a weight (placeholder or get_attr)")
-    else:
-        return Miss("not a linear, addmm or matmul node")
-    xt, wt = meta.tensor(x), meta.tensor(w)
-    if xt is None or wt is None:
-        return Miss("input or weight has no example value")
-    if xt.dim() < 2 or wt.dim() != 2:
-        return Miss(f"input must have rank >= 2 and weight be 2-D (got {xt.dim()}-D, {wt.dim()}-D)")
-    if b is not None:
-        bt = meta.tensor(b) if isinstance(b, Node) else None
-        if bt is None:
-            return Miss("bias is not a tensor node with an example value")
-        if bt.dim() not in ((1, 2) if form == "addmm" else (1,)):
-            return Miss(f"{bt.dim()}-D bias")
-    return LinearOperands(form, x, w, b)
 
 
 @register
@@ -201,38 +102,22 @@ class BatchLinear(BatchPattern):
         o = ops[0]
         xshape, n = meta.shape(o.x), len(nodes)
         with rw.inserting_before(nodes[0]):
-            x = call(rw, torch.stack, [p.x for p in ops])
+            x = rw.call(torch.stack, [p.x for p in ops])
             if len(xshape) != 2:
-                x = call(rw, torch.reshape, x, (n, -1, xshape[-1]))
-            w = call(rw, torch.stack, [p.w for p in ops])
+                x = rw.call(torch.reshape, x, (n, -1, xshape[-1]))
+            w = rw.call(torch.stack, [p.w for p in ops])
             if o.weight_is_nk:
-                w = call(rw, torch.transpose, w, 1, 2)
+                w = rw.call(torch.transpose, w, 1, 2)
             if o.b is not None:
-                b = call(rw, torch.stack, [p.b for p in ops])
+                b = rw.call(torch.stack, [p.b for p in ops])
                 if len(meta.shape(o.b)) == 1:
-                    b = call(rw, torch.unsqueeze, b, 1)
-                y = call(rw, torch.baddbmm, b, x, w)
+                    b = rw.call(torch.unsqueeze, b, 1)
+                y = rw.call(torch.baddbmm, b, x, w)
             else:
-                y = call(rw, torch.bmm, x, w)
+                y = rw.call(torch.bmm, x, w)
             if len(xshape) != 2:
-                y = call(rw, torch.reshape, y, (n, *xshape[:-1], o.out_features))
-            replace_with_getitems(rw, nodes, call(rw, torch.unbind, y))
-
-
-RESHAPES = ({torch.reshape}, {"view", "reshape"})
-
-
-def value_id(x: Node) -> Any:
-    """A hashable identity of the value ``x`` computes: the node itself, except that a
-    reshape/view with constant sizes is identified by its source's identity and sizes.
-    GPT-2's Conv1D writes ``x.view(-1, K)`` once per projection, so projections of one
-    input read distinct but equal view nodes."""
-    if not (is_call(x, *RESHAPES) and x.args and isinstance(x.args[0], Node) and not x.kwargs):
-        return x
-    sizes = tuple(d for a in x.args[1:] for d in (a if isinstance(a, (list, tuple)) else (a,)))
-    if not all(isinstance(d, int) for d in sizes):
-        return x
-    return ("reshape", value_id(x.args[0]), sizes)
+                y = rw.call(torch.reshape, y, (n, *xshape[:-1], o.out_features))
+            replace_with_getitems(rw, nodes, rw.call(torch.unbind, y))
 
 
 def _erase_unused(rw: Rewriter, node: Node) -> None:
@@ -326,19 +211,19 @@ class BatchLinearLHS(BatchPattern):
                 outs += gouts
                 old.append((n, split, p))
         with rw.inserting_before(nodes[0]):
-            w = call(rw, torch.cat, ws, wdim)
-            b = None if o.b is None else call(rw, torch.cat, bs, bdim)
+            w = rw.call(torch.cat, ws, wdim)
+            b = None if o.b is None else rw.call(torch.cat, bs, bdim)
             if o.form == "linear":
-                y = call(rw, F.linear, o.x, w, b)
+                y = rw.call(F.linear, o.x, w, b)
             elif o.form == "addmm":
-                y = call(rw, torch.addmm, b, o.x, w)
+                y = rw.call(torch.addmm, b, o.x, w)
             else:
-                y = call(rw, torch.matmul, o.x, w)
-            parts = call(rw, torch.split, y, sizes, last)
+                y = rw.call(torch.matmul, o.x, w)
+            parts = rw.call(torch.split, y, sizes, last)
             for i, out in enumerate(outs):
                 if out is None:  # a section of an earlier group that nothing reads
                     continue
-                g = call(rw, operator.getitem, parts, i)
+                g = rw.call(operator.getitem, parts, i)
                 rw.carry_meta(out, g)
                 rw.replace_all_uses(out, g)
         for out in outs:
@@ -479,16 +364,16 @@ class BatchLayerNorm(BatchPattern):
         lead = len(meta.shape(a0["input"])) - len(ns)
 
         def affine(name: str) -> Node:
-            p = call(rw, torch.stack, [a[name] for a in args])
-            return call(rw, torch.reshape, p, (len(nodes), *[1] * lead, *ns)) if lead else p
+            p = rw.call(torch.stack, [a[name] for a in args])
+            return rw.call(torch.reshape, p, (len(nodes), *[1] * lead, *ns)) if lead else p
 
         with rw.inserting_before(nodes[0]):
-            z = call(rw, F.layer_norm, call(rw, torch.stack, [a["input"] for a in args]), ns, eps=a0["eps"])
+            z = rw.call(F.layer_norm, rw.call(torch.stack, [a["input"] for a in args]), ns, eps=a0["eps"])
             if a0["weight"] is not None:
-                z = call(rw, torch.mul, z, affine("weight"))
+                z = rw.call(torch.mul, z, affine("weight"))
             if a0["bias"] is not None:
-                z = call(rw, torch.add, z, affine("bias"))
-            replace_with_getitems(rw, nodes, call(rw, torch.unbind, z))
+                z = rw.call(torch.add, z, affine("bias"))
+            replace_with_getitems(rw, nodes, rw.call(torch.unbind, z))
 
 
 # ------------------------------------------------------------------ unary ops
@@ -546,8 +431,8 @@ class BatchUnary(BatchPattern):
         a = self.bound(nodes[0])
         kwargs = {k: a[k] for k, default in self.params if a[k] != default or type(a[k]) is not type(default)}
         with rw.inserting_before(nodes[0]):
-            x = call(rw, torch.stack, [self.bound(n)["input"] for n in nodes])
-            replace_with_getitems(rw, nodes, call(rw, torch.unbind, call(rw, self.canonical, x, **kwargs)))
+            x = rw.call(torch.stack, [self.bound(n)["input"] for n in nodes])
+            replace_with_getitems(rw, nodes, rw.call(torch.unbind, rw.call(self.canonical, x, **kwargs)))
 
 
 def _not_inplace(args: dict) -> Miss | None:

@@ -16,15 +16,16 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.pattern import BatchPattern, Miss, SearchOptions, register
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import BatchPattern, SearchOptions, register
 from optimus_lens.core.rewriter import Rewriter
-from optimus_lens.passes.batch import BatchUnary, fusion_miss
+from optimus_lens.passes.batch import BatchUnary
 from optimus_lens.passes.common import (
     MUL,
     REQUIRED,
     SUM,
     bind_args,
-    call,
+    fusion_miss,
     is_call,
     mul_operands,
     replace_with_getitems,
@@ -67,9 +68,9 @@ class BatchWithDim(BatchUnary):
         kwargs = {k: a[k] for k, _ in self.params if a[k] is not None and k != self.dim_param}
         kwargs[self.dim_param] = shift_dims(a[self.dim_param], ndim)
         with rw.inserting_before(nodes[0]):
-            x = call(rw, torch.stack, [self.bound(n)["input"] for n in nodes])
-            y = call(rw, self.canonical, x, **kwargs)
-            replace_with_getitems(rw, nodes, call(rw, torch.unbind, y))
+            x = rw.call(torch.stack, [self.bound(n)["input"] for n in nodes])
+            y = rw.call(self.canonical, x, **kwargs)
+            replace_with_getitems(rw, nodes, rw.call(torch.unbind, y))
 
 
 @register
@@ -230,7 +231,7 @@ class BatchMul(BatchPattern):
         varying = [self.split(n)[1] for n in nodes]  # type: ignore[index]
         vshape, srank = meta.shape(varying[0]), len(meta.shape(shared))
         with rw.inserting_before(nodes[0]):
-            v = call(rw, torch.stack, varying)
+            v = rw.call(torch.stack, varying)
             if len(vshape) < srank:
-                v = call(rw, torch.reshape, v, (len(nodes), *[1] * (srank - len(vshape)), *vshape))
-            replace_with_getitems(rw, nodes, call(rw, torch.unbind, call(rw, torch.mul, v, shared)))
+                v = rw.call(torch.reshape, v, (len(nodes), *[1] * (srank - len(vshape)), *vshape))
+            replace_with_getitems(rw, nodes, rw.call(torch.unbind, rw.call(torch.mul, v, shared)))

@@ -16,10 +16,10 @@ import torch
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.pattern import AnchoredPattern, Match, Miss, need, register
+from optimus_lens.core.miss import Miss, need
+from optimus_lens.core.pattern import AnchoredPattern, Match, register
 from optimus_lens.core.rewriter import Rewriter
-from optimus_lens.passes.batch import mutation_miss
-from optimus_lens.passes.common import REQUIRED, SUM, bind_args, call, is_call, mul_operands
+from optimus_lens.passes.common import REQUIRED, SUM, bind_args, is_call, mul_operands, mutation_miss
 
 #: below this many elements in the broadcast product the two small kernels it replaces
 #: cost less than einsum's own permutes and reshapes (measured on CPU eager, torch 2.13)
@@ -91,16 +91,16 @@ def matmul_of(rw: Rewriter, c: Contraction, x: Node, y: Node) -> Node:
     ``c.plain()``; else ``torch.einsum(c.equation, x, y)`` (which does the same with
     reshapes, in more Python). x, y: the squeezed operands, dims lettered as ``c.x``, ``c.y``."""
     if not c.plain():
-        return call(rw, torch.einsum, c.equation, x, y)
+        return rw.call(torch.einsum, c.equation, x, y)
     b, k = c.batch or "", c.contracted
     (m,) = [ch for ch in c.x if ch not in b + k]
     (n,) = [ch for ch in c.y if ch not in b + k]
 
     def arranged(v: Node, have: str, want: str) -> Node:
         order = [have.index(ch) for ch in want]
-        return v if order == sorted(order) else call(rw, torch.permute, v, order)
+        return v if order == sorted(order) else rw.call(torch.permute, v, order)
 
-    prod = call(rw, torch.bmm if b else torch.mm, arranged(x, c.x, b + m + k), arranged(y, c.y, b + k + n))
+    prod = rw.call(torch.bmm if b else torch.mm, arranged(x, c.x, b + m + k), arranged(y, c.y, b + k + n))
     return arranged(prod, b + m + n, c.out)
 
 
@@ -165,7 +165,7 @@ class MulSumToMatmul(AnchoredPattern):
         with rw.inserting_before(node):
             out = matmul_of(rw, m.info["contraction"], squeezed(rw, m.info["x"]), squeezed(rw, m.info["y"]))
             if tuple(meta.shape(out)) != tuple(meta.shape(node)):
-                out = call(rw, torch.reshape, out, tuple(meta.shape(node)))
+                out = rw.call(torch.reshape, out, tuple(meta.shape(node)))
         rw.carry_meta(node, out)
         rw.replace_all_uses(node, out)
         rw.erase(node)
@@ -191,4 +191,4 @@ def squeezed(rw: Rewriter, v: Node) -> Node:
     if src is not None and meta.tensor(src) is not None:
         if [s for s in meta.shape(src) if s != 1] == [s for s in shape if s != 1] and 1 not in meta.shape(src):
             return src
-    return call(rw, torch.squeeze, v, ones)
+    return rw.call(torch.squeeze, v, ones)

@@ -9,9 +9,10 @@ import torch
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.pattern import AnchoredPattern, Match, Miss, register
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import AnchoredPattern, Match, register
 from optimus_lens.core.rewriter import Rewriter
-from optimus_lens.passes.common import arg, call, is_call
+from optimus_lens.passes.common import arg, is_call
 
 
 def einsum_letters(eq: str) -> tuple[str, str, str] | None:
@@ -68,8 +69,8 @@ class EinsumToPointwise(AnchoredPattern):
 
     def rewrite(self, rw: Rewriter, m: Match) -> None:
         with rw.inserting_before(m.anchor):
-            prod = call(rw, torch.mul, call(rw, torch.unsqueeze, m.info["x"], -1), m.info["w"])
-            total = call(rw, torch.sum, prod, -2)
+            prod = rw.call(torch.mul, rw.call(torch.unsqueeze, m.info["x"], -1), m.info["w"])
+            total = rw.call(torch.sum, prod, -2)
         rw.carry_meta(m.anchor, total)
         rw.replace_all_uses(m.anchor, total)
         rw.erase(m.anchor)

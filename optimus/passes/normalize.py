@@ -21,7 +21,8 @@ import torch
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.pattern import AnchoredPattern, Match, Miss, need, register
+from optimus_lens.core.miss import Miss, need
+from optimus_lens.core.pattern import AnchoredPattern, Match, register
 from optimus_lens.core.rewriter import Rewriter
 from optimus_lens.passes.common import CAT, SPLIT, STACK, UNBIND, arg, dim_of
 from optimus_lens.passes.split_cat.analysis import computed_size

@@ -24,8 +24,8 @@ charges nothing for a stack of every piece of one unbind in order (:func:`cancel
 
 Both constants are CPU eager figures; on GPU launches cost more and copies less, so the
 estimate is conservative there. :func:`step_estimate` reads a recorded Trace;
-:func:`group_estimate` tries a fusion on a copy of the graph (what the engine's
-``profitable_only`` search option uses).
+:func:`group_estimate` tries a fusion on a copy of the graph (the estimate the catalogue's
+passes give the engine for the ``profitable_only`` search option).
 """
 
 from __future__ import annotations
@@ -33,9 +33,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.fx import Graph, GraphModule, Node
+from torch.fx import GraphModule, Node
 
 from optimus_lens.core import meta
+from optimus_lens.core.engine import copy_graph
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.record import target_name
+from optimus_lens.core.rewriter import Rewriter
+from optimus_lens.passes.split_cat.identities import REMOVE_UNBIND_STACK
 
 KERNEL_US = 3.0
 BYTES_PER_US = 16000.0
@@ -141,8 +146,6 @@ def step_estimate(trace, index: int) -> Estimate:
 
 
 def _node_cost(n: Node) -> tuple[int, int]:
-    from optimus_lens.core.record import target_name
-
     t = meta.tensor(n)
     nbytes = t.numel() * t.element_size() if t is not None and all(isinstance(d, int) for d in t.shape) else 0
     return _cost(n.op, target_name(n), nbytes)
@@ -150,16 +153,12 @@ def _node_cost(n: Node) -> tuple[int, int]:
 
 def group_estimate(gm: GraphModule, fuse, nodes: list[Node]) -> Estimate:
     """The estimate of ``fuse(rw, nodes)`` (a BatchPattern's ``fuse``), found by fusing
-    the same nodes in a copy of ``gm``'s graph through a :class:`~optimus_lens.core.rewriter.Rewriter`
-    with no listeners (``gm`` is not changed). O(graph) per call. Whatever ``fuse`` raises
+    the same nodes in a copy of ``gm``'s graph (:func:`optimus_lens.core.engine.copy_graph`)
+    through a :class:`~optimus_lens.core.rewriter.Rewriter` with no listeners (``gm`` is not
+    changed). The catalogue's passes carry it as their :attr:`~optimus_lens.core.pipeline.Pass.estimate`. O(graph) per call. Whatever ``fuse`` raises
     propagates (the engine then runs the step, which rolls it back and records why)."""
-    from optimus_lens.core.rewriter import Rewriter
-
-    g = Graph()
     env: dict[Node, Node] = {}
-    out = g.graph_copy(gm.graph, env, return_output_node=True)
-    if isinstance(out, tuple):
-        g.output(out[0])
+    g = copy_graph(gm.graph, env)
     before = set(g.nodes)
     fuse(Rewriter(g), [env[n] for n in nodes])
     after = set(g.nodes)
@@ -183,10 +182,7 @@ def cancelled_stack(n: Node) -> bool:
     them back as they were)."""
     if n.op != "call_function" or n.target is not torch.stack:
         return False
-    import optimus_lens.passes  # noqa: F401 - registers the shipped patterns
-    from optimus_lens.core.pattern import REGISTRY, Miss
-
-    return not isinstance(REGISTRY["remove_unbind_stack"].match(n), Miss)
+    return not isinstance(REMOVE_UNBIND_STACK.match(n), Miss)
 
 
 def pass_estimates(trace) -> dict[str, Estimate]:

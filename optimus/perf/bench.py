@@ -1,11 +1,11 @@
 """Per-pass timing and memory of a pipeline, measured side by side in one run.
 
-Stages: ``baseline`` (the captured graph), then the graph after each enabled pass that
+Stages (:func:`optimus_lens.perf.stages.build_stages`): ``baseline`` (the captured graph), then the graph after each enabled pass that
 made a step (cumulative; passes without a step are listed as ``unchanged``, not timed),
 then in inference ``prepack_weights`` (:mod:`optimus_lens.perf.prepack`). On request also each
 pass alone (``alone:<pass>``), ``upstream`` (the captured graph after PyTorch Inductor's
 own ``pre_grad_passes`` with the ``pre_grad_fusion_options`` equivalent to the enabled
-passes, :func:`upstream_options`) and ``reference`` (a hand-fused model the sample
+passes, :func:`optimus_lens.perf.stages.upstream_options`) and ``reference`` (a hand-fused model the sample
 provides through an ``optimus_reference()`` method).
 
 Protocol (the same on both devices):
@@ -18,7 +18,7 @@ Protocol (the same on both devices):
 * a pass's own effect is the per-round ratio of the stage before it to its stage
   (:func:`paired_ratio`; ``alone:<pass>`` against the baseline), median and p10..p90; a
   pass whose ratio is below 1 even at its p90 (slower in at least 9 of 10 rounds; at
-  least ``MIN_FLAG_ROUNDS`` rounds) is flagged as a slowdown (:meth:`BenchResult.slowdowns`; a ``!`` line in the table, a
+  least ``MIN_FLAG_ROUNDS`` rounds) is flagged as a slowdown (:meth:`optimus_lens.perf.timings.BenchResult.slowdowns`; a ``!`` line in the table, a
   warning in the app's timing panel);
 * ``mode="inference"`` calls the graph under ``torch.no_grad``; ``mode="training"`` runs
   forward and backward (``torch.autograd.grad`` of the sum of the outputs with respect
@@ -47,247 +47,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from torch.fx import GraphModule
 
 from optimus_lens.perf import memory
-
-MODES = ("inference", "training")
-NOISY_SPREAD = 2.0  # p90 / p10 above this marks a stage's timing as noise-dominated
-# fewest rounds for a slowdown flag: with fewer, p90 is the slowest round or next to it, and
-# pure noise would make every round of some pass slower too often (1 in 2^5 with 5 rounds)
-MIN_FLAG_ROUNDS = 10
-
-
-@dataclass
-class StageTiming:
-    """One stage: latency in ms (median, p10, p90 over ``repeats`` samples), speedup over
-    the baseline (baseline median / this median), peak memory in bytes and where that
-    figure comes from ("cuda" measured; "estimate" from liveness; "estimate-forward", in
-    training, the forward graph's liveness without what autograd saves), and with
-    ``compile`` the same figures under ``torch.compile`` (Inductor) plus compile time (s);
-    ``compiled_speedup`` is the compiled baseline's median over this stage's compiled
-    median. ``steps``: steps the stage's pass made; ``kind``: "baseline", "pass",
-    "prepack", "alone", "upstream" or "reference". For a pass stage, ``previous`` names
-    the stage its own effect is measured against and ``vs_previous`` (``_p10``, ``_p90``)
-    is the per-round ratio of that stage's time to this one's (> 1: this pass made the
-    graph faster; :func:`paired_ratio`)."""
-
-    stage: str
-    nodes: int
-    median_ms: float
-    p10_ms: float
-    p90_ms: float
-    repeats: int
-    speedup: float = 1.0
-    peak_bytes: int = 0
-    peak_source: str = "estimate"
-    compiled_median_ms: float | None = None
-    compile_s: float | None = None
-    compiled_p10_ms: float | None = None
-    compiled_p90_ms: float | None = None
-    compiled_speedup: float | None = None
-    compiled_peak_bytes: int | None = None
-    steps: int = 0
-    kind: str = "pass"
-    previous: str | None = None
-    vs_previous: float | None = None
-    vs_previous_p10: float | None = None
-    vs_previous_p90: float | None = None
-
-    @property
-    def noisy(self) -> bool:
-        return self.p10_ms > 0 and self.p90_ms > NOISY_SPREAD * self.p10_ms
-
-    @property
-    def slowdown(self) -> bool:
-        """The stage's own change is a slowdown beyond the measured noise: even the p90 of
-        its per-round ratio to the stage before (:func:`paired_ratio`) is below 1, i.e. it
-        was slower than that stage in at least 9 of 10 rounds. Never with fewer than
-        ``MIN_FLAG_ROUNDS`` rounds."""
-        return self.vs_previous_p90 is not None and self.vs_previous_p90 < 1.0 and self.repeats >= MIN_FLAG_ROUNDS
-
-    def slowdown_text(self) -> str:
-        """One line naming the stage, its ratio to the stage before and the ratio's p10–p90."""
-        what = "alone, against the captured graph" if self.kind == "alone" else f"after {self.previous}"
-        return (
-            f"slowdown: {self.stage} runs at {self.vs_previous:.2f}x the speed of the graph before it "
-            f"({what}; per-round ratio p10..p90 {self.vs_previous_p10:.2f}..{self.vs_previous_p90:.2f})"
-        )
-
-    def to_json(self) -> dict:
-        """The stage as the JSON ``optimus bench --json`` writes (see :meth:`BenchResult.to_json`)."""
-        out = {
-            "name": self.stage,
-            "kind": self.kind,
-            "nodes": self.nodes,
-            "steps": self.steps,
-            "latency_ms_median": self.median_ms,
-            "latency_ms_p10": self.p10_ms,
-            "latency_ms_p90": self.p90_ms,
-            "repeats": self.repeats,
-            "speedup_vs_baseline": self.speedup,
-            "peak_bytes": self.peak_bytes,
-            "peak_source": self.peak_source,
-        }
-        if self.vs_previous is not None:
-            out.update(
-                {
-                    "previous": self.previous,
-                    "vs_previous": self.vs_previous,
-                    "vs_previous_p10": self.vs_previous_p10,
-                    "vs_previous_p90": self.vs_previous_p90,
-                    "slowdown": self.slowdown,
-                }
-            )
-        if self.compiled_median_ms is not None:
-            out.update(
-                {
-                    "compiled_latency_ms_median": self.compiled_median_ms,
-                    "compiled_latency_ms_p10": self.compiled_p10_ms,
-                    "compiled_latency_ms_p90": self.compiled_p90_ms,
-                    "compile_s": self.compile_s,
-                    "compiled_speedup_vs_baseline": self.compiled_speedup,
-                    "compiled_peak_bytes": self.compiled_peak_bytes,
-                }
-            )
-        return out
-
-
-@dataclass
-class BenchResult:
-    """A bench run: device name, timer ("cuda-events" | "wall-clock" | "thread-cpu-time"), the stages, and
-    ``mode``, ``unchanged`` (enabled passes that made no step), ``threads`` (CPU threads),
-    ``upstream_options`` (what the ``upstream`` stage ran), ``bytes_packed``."""
-
-    device: str
-    method: str
-    stages: list[StageTiming] = field(default_factory=list)
-    mode: str = "inference"
-    unchanged: list[str] = field(default_factory=list)
-    threads: int | None = None
-    upstream_options: dict | None = None
-    bytes_packed: int = 0
-
-    def stage(self, name: str) -> StageTiming | None:
-        return next((s for s in self.stages if s.stage == name), None)
-
-    @property
-    def ours(self) -> StageTiming | None:
-        """The stage of our full pipeline: the last cumulative stage (prepack included)."""
-        ours = [s for s in self.stages if s.kind in ("baseline", "pass", "prepack")]
-        return ours[-1] if ours else None
-
-    def ratios(self) -> dict[str, float]:
-        """Speed ratios of our pipeline (eager; ``+compiled`` keys under Inductor):
-        ``ours_vs_upstream`` (upstream median / ours) and ``ours_vs_reference``
-        (reference median / ours: 1.0 is the hand-fused speed) where those stages exist."""
-        out: dict[str, float] = {}
-        ours = self.ours
-        if ours is None:
-            return out
-        for other in ("upstream", "reference"):
-            s = self.stage(other)
-            if s is None:
-                continue
-            out[f"ours_vs_{other}"] = s.median_ms / ours.median_ms
-            if s.compiled_median_ms and ours.compiled_median_ms:
-                out[f"ours_vs_{other}_compiled"] = s.compiled_median_ms / ours.compiled_median_ms
-        return out
-
-    def noise_warning(self) -> str | None:
-        """A sentence when some stage's p90 is above NOISY_SPREAD x its p10, else None."""
-        noisy = [s.stage for s in self.stages if s.noisy]
-        if not noisy:
-            return None
-        return (
-            f"noisy: p90 > 2x p10 for {len(noisy)} of {len(self.stages)} stages ({', '.join(noisy[:4])}"
-            f"{' ...' if len(noisy) > 4 else ''}); speedups within that spread are noise (more --repeats, "
-            "one thread, or a quieter machine)"
-        )
-
-    def slowdowns(self) -> list[StageTiming]:
-        """The passes (cumulative, ``prepack_weights`` and ``alone:`` stages) whose own
-        measured effect is a slowdown beyond the noise (:attr:`StageTiming.slowdown`)."""
-        return [s for s in self.stages if s.slowdown]
-
-    def to_json(self) -> dict:
-        """``{"device", "method", "mode", "threads", "stages": [...], "unchanged", "ratios",
-        "upstream_options", "bytes_packed", "slowdowns"}``; each stage has ``name``,
-        ``latency_ms_median`` / ``_p10`` / ``_p90``, ``peak_bytes``, ``speedup_vs_baseline``,
-        for a pass stage ``previous``, ``vs_previous`` (median per-round ratio, > 1 faster)
-        with ``_p10`` / ``_p90`` and ``slowdown``, and, when compiled, the ``compiled_*``
-        figures and ``compile_s``. ``slowdowns`` lists the flagged stages' names."""
-        return {
-            "device": self.device,
-            "method": self.method,
-            "mode": self.mode,
-            "threads": self.threads,
-            "stages": [s.to_json() for s in self.stages],
-            "unchanged": self.unchanged,
-            "ratios": self.ratios(),
-            "upstream_options": self.upstream_options,
-            "bytes_packed": self.bytes_packed,
-            "slowdowns": [s.stage for s in self.slowdowns()],
-        }
-
-    def table(self) -> str:
-        """The result as a plain-text table (what ``optimus bench`` prints)."""
-        compiled = any(s.compiled_median_ms is not None for s in self.stages)
-        w = max([len("stage"), *(len(s.stage) for s in self.stages)])
-        head = (
-            f"{'stage':{w}s} {'nodes':>6s} {'median ms':>10s} {'p10..p90 ms':>17s} {'speedup':>8s} "
-            f"{'vs prev (p10..p90)':>20s} {'peak MiB':>9s}"
-        )
-        if compiled:
-            head += f" {'compiled ms':>11s} {'c.speedup':>9s} {'compile s':>9s}"
-        rows = [head]
-        for s in self.stages:
-            prev = (
-                ""
-                if s.vs_previous is None
-                else f"{s.vs_previous:.2f}x ({s.vs_previous_p10:.2f}..{s.vs_previous_p90:.2f})"
-                + ("!" if s.slowdown else "")
-            )
-            row = (
-                f"{s.stage:{w}s} {s.nodes:6d} {s.median_ms:10.3f} {s.p10_ms:8.3f}..{s.p90_ms:<8.3f} "
-                f"{s.speedup:7.2f}x {prev:>20s} {s.peak_bytes / 2**20:9.2f}"
-            )
-            if compiled and s.compiled_median_ms is not None:
-                row += f" {s.compiled_median_ms:11.3f} {s.compiled_speedup or 0:8.2f}x {s.compile_s or 0:9.1f}"
-            rows.append(row)
-        if self.unchanged:
-            rows.append(f"no change (not timed): {', '.join(self.unchanged)}")
-        for k, v in self.ratios().items():
-            rows.append(f"{k.replace('_', ' ')}: {v:.2f}x")
-        if self.bytes_packed:
-            rows.append(f"pre-packed weights: {self.bytes_packed:,} bytes")
-        rows += [f"! {s.slowdown_text()}" for s in self.slowdowns()]
-        warn = self.noise_warning()
-        if warn:
-            rows.append(warn)
-        threads = f", {self.threads} thread(s)" if self.threads else ""
-        peak = (
-            "measured"
-            if self.method == "cuda-events"
-            else "estimated from tensor liveness" + (" of the forward graph" if self.mode == "training" else "")
-        )
-        rows.append(f"device {self.device}{threads}, {self.mode}, {self.method}; peak memory {peak}")
-        return "\n".join(rows)
-
-
-@dataclass
-class Stage:
-    """A graph to time: ``label``, the GraphModule, its inputs (real tensors in
-    placeholder order), ``kind`` (see :class:`StageTiming`) and ``steps``."""
-
-    label: str
-    gm: GraphModule
-    inputs: tuple
-    kind: str = "pass"
-    steps: int = 0
-
-
-# ------------------------------------------------------------------------ measuring
+from optimus_lens.perf.stages import build_stages
+from optimus_lens.perf.timings import MODES, BenchResult, Stage, StageTiming
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -516,145 +279,6 @@ def _previous_stage(stages: list[Stage], i: int) -> int | None:
     return next((j for j in range(i - 1, -1, -1) if stages[j].kind in ("baseline", "pass", "prepack")), None)
 
 
-# ------------------------------------------------------------------------ stages
-
-
-def upstream_options(pass_names: list[str]) -> dict:
-    """The ``pre_grad_fusion_options`` equivalent to our enabled passes ``pass_names``:
-    each name upstream knows (:func:`optimus_lens.inductor.observe.known_pre_grad_passes`), a batch
-    fusion with our search options for it (``min_fuse_set_size``,
-    ``max_fuse_search_depth``), and for our ``split_cat_cleanup`` upstream's
-    ``split_cat_pass`` and ``unbind_stack_pass``, which remove the same identity pairs."""
-    from optimus_lens.core.pattern import REGISTRY
-    from optimus_lens.inductor.observe import known_pre_grad_passes
-
-    known = set(known_pre_grad_passes())
-    opts: dict = {}
-    for name in pass_names:
-        if name == "split_cat_cleanup":
-            opts.setdefault("split_cat_pass", {})
-            opts.setdefault("unbind_stack_pass", {})
-        elif name in known:
-            p = REGISTRY.get(name)
-            opts[name] = (
-                {
-                    "min_fuse_set_size": p.options.min_fuse_set_size,
-                    "max_fuse_search_depth": p.options.max_fuse_search_depth,
-                }
-                if p is not None and p.kind == "batch"
-                else {}
-            )
-    return opts
-
-
-def _with_meta(gm: GraphModule, inputs: tuple) -> GraphModule:
-    """Give nodes upstream created without an example value one, by fake propagation."""
-    from optimus_lens.core import meta
-
-    if all(meta.value(n) is not None for n in gm.graph.nodes if n.op not in ("output", "get_attr")):
-        return gm
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
-    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*inputs)
-    return gm
-
-
-def _trainable(inputs: tuple, n_user: int) -> tuple:
-    """The reference's lifted weights (after the ``n_user`` user inputs) as leaf tensors that require grad."""
-    return tuple(
-        x
-        if i < n_user or not isinstance(x, torch.Tensor) or not x.is_floating_point()
-        else torch.nn.Parameter(x.detach().clone())
-        for i, x in enumerate(inputs)
-    )
-
-
-def build_stages(
-    spec,
-    passes: list[str] | None = None,
-    mode: str = "inference",
-    alone: bool = False,
-    against_upstream: bool = False,
-    reference: bool = True,
-    inputs: tuple | None = None,
-    capture_method: str = "dynamo",
-    graph_index: int | None = None,
-    final_only: bool = False,
-    pipeline=None,
-) -> tuple[list[Stage], dict]:
-    """Capture ``spec`` (a model spec, see :func:`optimus_lens.frontend.run.load_model`, or an nn.Module
-    with ``inputs``) in ``mode``, run the pipeline keeping the graph after each pass, and
-    return the stages to time plus facts for the result (``unchanged``,
-    ``upstream_options``, ``bytes_packed``). See the module doc for the stages; with
-    ``final_only`` the per-pass stages are left out but the last (the whole pipeline).
-    ``pipeline`` replaces the default pipeline (e.g. with a pattern file's pass added by
-    :func:`optimus_lens.frontend.patternfile.pipeline_with`). Raises ModelSpecError, CaptureError, KeyError
-    (unknown pass), ValueError (mode)."""
-    from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
-    from optimus_lens.frontend.capture import capture
-    from optimus_lens.frontend.run import model_and_inputs, optimize
-    from optimus_lens.passes import default_pipeline
-    from optimus_lens.perf.prepack import prepack
-
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    model, inputs, _ = model_and_inputs(spec, inputs)
-    model.train(mode == "training")
-    for p in model.parameters():
-        p.requires_grad_(True)
-    res = optimize(
-        model,
-        tuple(inputs),
-        passes=passes,
-        verify="off",
-        record=False,
-        keep_stages=True,
-        capture_method=capture_method,
-        graph_index=graph_index,
-        pipeline=pipeline,
-    )
-    ins = res.captured.example_inputs
-    per_pass: dict[str, int] = {}
-    for s in res.trace.steps:
-        per_pass[s.pass_name] = per_pass.get(s.pass_name, 0) + 1
-    base = res.engine.stages[0][1]
-    stages = [Stage("baseline", base, ins, "baseline")]
-    stages += [Stage(name, gm, ins, "pass", per_pass[name]) for name, gm in res.engine.stages[1:] if name in per_pass]
-    if final_only and len(stages) > 2:
-        stages = [stages[0], Stage("pipeline", stages[-1].gm, ins, "pass", len(res.trace.steps))]
-    enabled = [name for name, _ in res.engine.stages[1:]]
-    facts: dict = {"unchanged": [n for n in enabled if n not in per_pass], "upstream_options": None, "bytes_packed": 0}
-    if mode == "inference":
-        packed = copy_graph_module(res.engine.gm)
-        pk = prepack(packed, ins, guard=None)
-        if pk.constants:
-            stages.append(Stage("prepack_weights", packed, ins, "prepack", len(pk.constants)))
-            facts["bytes_packed"] = pk.bytes_packed
-    if alone:
-        pipe = default_pipeline()
-        for name in per_pass:
-            eng = Engine(copy_graph_module(base), ins, pipe.only([name]), RunOptions(verify="off", record=False))
-            eng.run()
-            stages.append(Stage(f"alone:{name}", eng.gm, ins, "alone", len(eng.trace.steps)))
-    if against_upstream:
-        from optimus_lens.inductor.observe import run_upstream
-
-        opts = upstream_options(enabled)
-        up = run_upstream(base, ins, opts)
-        stages.append(Stage("upstream", _with_meta(up.gm, ins), ins, "upstream", sum(up.fusions.values())))
-        facts["upstream_options"] = opts
-    make_ref = getattr(model, "optimus_reference", None)
-    if reference and callable(make_ref):
-        ref = make_ref()
-        ref.train(mode == "training")
-        n_user = len(inputs)
-        c = capture(ref, tuple(inputs))
-        rins = _trainable(c.example_inputs, n_user) if mode == "training" else c.example_inputs
-        stages.append(Stage("reference", c.gm, rins, "reference"))
-    return stages, facts
-
-
 def bench_pipeline(
     spec,
     passes: list[str] | None = None,
@@ -674,7 +298,7 @@ def bench_pipeline(
     final_only: bool = False,
     pipeline=None,
 ) -> BenchResult:
-    """Build the stages (:func:`build_stages`) and time them (:func:`measure`): what
+    """Build the stages (:func:`optimus_lens.perf.stages.build_stages`) and time them (:func:`measure`): what
     ``optimus bench`` and the app's timing panel run. ``threads`` sets
     ``torch.set_num_threads`` for the run (restored after). ``capture_method`` and
     ``graph_index`` pick the same graph a run showed (graph breaks)."""

@@ -2,7 +2,7 @@
 
 Walk the nodes in execution order; a node's output is allocated when it runs and freed
 after its last user has run. Views (getitem of split/unbind, reshape/view/transpose,
-...: ``optimus_lens.passes.common.PURE_VIEW_FUNCTIONS`` / ``PURE_VIEW_METHODS``) allocate
+...: ``optimus_lens.core.effects.PURE_VIEW_FUNCTIONS`` / ``PURE_VIEW_METHODS``) allocate
 nothing and keep their base alive. Placeholders (inputs and lifted
 parameters) that some node reads, and constants (``get_attr`` tensors, e.g. weights
 pre-packed by :mod:`optimus_lens.perf.prepack`, counted once per storage), are live for the whole
@@ -19,7 +19,7 @@ import torch
 from torch.fx import Graph, Node
 
 from optimus_lens.core import meta
-from optimus_lens.passes.common import is_pure_view
+from optimus_lens.core.effects import is_pure_view
 
 
 def nbytes(v) -> int:

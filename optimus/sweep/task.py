@@ -177,8 +177,9 @@ def _run(task: RunTask, row: dict) -> None:
     import torch
 
     from optimus_lens.frontend.capture import capture
-    from optimus_lens.frontend.run import load_model, observe, optimize
-    from optimus_lens.perf.bench import upstream_options
+    from optimus_lens.frontend.run import load_model, optimize
+    from optimus_lens.inductor.observe import observe
+    from optimus_lens.perf.stages import upstream_options
 
     opts, out = task.options, Path(task.out_dir)
     torch.set_num_threads(opts.threads)
@@ -282,7 +283,7 @@ def _upstream_fields(ours, up) -> dict:
 def _latency(task: RunTask, pipe) -> dict:
     """Baseline (captured graph) vs our pipeline, eager on CPU with one thread, medians in
     ms and ``speedup`` = baseline / ours; ``ours_vs_upstream`` / ``ours_vs_reference``
-    where those stages exist (:meth:`optimus_lens.perf.bench.BenchResult.ratios`)."""
+    where those stages exist (:meth:`optimus_lens.perf.timings.BenchResult.ratios`)."""
     from optimus_lens.perf.bench import bench_pipeline
 
     r = bench_pipeline(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from optimus_lens.core.pattern import Pattern, SearchOptions, get
+from optimus_lens.core.pattern import Pattern, SearchOptions
 from optimus_lens.core.pipeline import Pass, Pipeline
+from optimus_lens.passes import pattern_named
+from optimus_lens.passes.profit import group_estimate
 
 
 class TeachError(KeyError):
     """Unknown pattern, or a pattern without a teaching model; the message lists the known
-    ones. A KeyError (as :func:`optimus_lens.core.pattern.get` raises for an unknown name)
+    ones. A KeyError (as :func:`optimus_lens.passes.pattern_named` raises for an unknown name)
     whose text prints as written, not quoted."""
 
     def __str__(self) -> str:
@@ -42,12 +44,12 @@ def predefined_pattern(name: str) -> Pattern:
     """The shipped pattern ``name``; raises TeachError for a name :func:`predefined` lacks."""
     if name not in predefined():
         raise TeachError(f"unknown pattern {name!r}; known: {', '.join(predefined())}")
-    return get(name)
+    return pattern_named(name)
 
 
 def lesson_pipeline(pattern: Pattern) -> Pipeline:
     """The one-pass pipeline a lesson runs: ``pattern`` alone, with its own search options."""
-    return Pipeline([Pass(pattern.name, [pattern], description=pattern.description)])
+    return Pipeline([Pass(pattern.name, [pattern], description=pattern.description, estimate=group_estimate)])
 
 
 def search_options(pattern: Pattern, search: str | None = None) -> SearchOptions:

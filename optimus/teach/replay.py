@@ -23,7 +23,9 @@ from collections.abc import Hashable, Iterable
 from torch.fx import GraphModule, Node
 
 from optimus_lens.core.index import GraphIndex
-from optimus_lens.core.pattern import BatchPattern, Miss, SearchOptions, graph_unchanged
+from optimus_lens.core.memo import graph_unchanged
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import BatchPattern, SearchOptions
 from optimus_lens.core.search import (
     UNUSED,
     SearchObserver,

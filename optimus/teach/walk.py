@@ -32,9 +32,13 @@ import torch
 from torch.fx import GraphModule
 
 from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
-from optimus_lens.core.pattern import BatchPattern, Miss, Pattern, graph_unchanged, why_not
+from optimus_lens.core.memo import graph_unchanged
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import BatchPattern, Pattern, why_not
 from optimus_lens.core.pipeline import Pass, Pipeline
-from optimus_lens.perf.bench import Stage, measure
+from optimus_lens.passes.profit import group_estimate
+from optimus_lens.perf.bench import measure
+from optimus_lens.perf.timings import Stage
 from optimus_lens.teach.data import Gain, Walkthrough
 from optimus_lens.teach.lookup import lesson_pipeline, predefined_pattern, search_options, teaching_model
 from optimus_lens.teach.replay import key_text, search_frames
@@ -136,7 +140,9 @@ def walkthrough(
     anchors = {} if isinstance(pattern, BatchPattern) else _anchors(before, pattern)
     pipe = lesson_pipeline(pattern)
     if search is not None and isinstance(pattern, BatchPattern):
-        pipe = Pipeline([Pass(pattern.name, [pattern], options=search_options(pattern, search))])
+        pipe = Pipeline(
+            [Pass(pattern.name, [pattern], options=search_options(pattern, search), estimate=group_estimate)]
+        )
     eng = Engine(
         cap.gm, cap.example_inputs, pipe, RunOptions(verify="end"), model_name=model_name, capture_info=cap.info()
     )

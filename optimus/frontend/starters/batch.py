@@ -7,8 +7,9 @@ nodes that the search found, changing the graph only through the Rewriter ``rw``
 
 import torch
 
-from optimus_lens.core.pattern import BatchPattern, Miss
-from optimus_lens.passes.common import call, replace_with_getitems
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import BatchPattern
+from optimus_lens.passes.common import replace_with_getitems
 
 
 class BatchSigmoid(BatchPattern):
@@ -24,9 +25,9 @@ class BatchSigmoid(BatchPattern):
 
     def fuse(self, rw, nodes):
         with rw.inserting_before(nodes[0]):
-            stacked = call(rw, torch.stack, [n.args[0] for n in nodes])
-            fused = call(rw, torch.sigmoid, stacked)
-            pieces = call(rw, torch.unbind, fused)
+            stacked = rw.call(torch.stack, [n.args[0] for n in nodes])
+            fused = rw.call(torch.sigmoid, stacked)
+            pieces = rw.call(torch.unbind, fused)
             replace_with_getitems(rw, nodes, pieces)
 
 

@@ -12,7 +12,7 @@ import torch
 from torch.fx import Node
 
 from optimus_lens.core.rewriter import Rewriter
-from optimus_lens.passes.common import STACK, call, is_call
+from optimus_lens.passes.common import STACK, is_call
 from optimus_lens.passes.split_cat.analysis import Run
 
 
@@ -43,7 +43,7 @@ def getitems_of(rw: Rewriter, node: Node) -> Callable[[int], Node]:
 
     def get(i: int) -> Node:
         if i not in made:
-            made[i] = call(rw, operator.getitem, node, i)
+            made[i] = rw.call(operator.getitem, node, i)
         return made[i]
 
     return get
@@ -51,7 +51,7 @@ def getitems_of(rw: Rewriter, node: Node) -> Callable[[int], Node]:
 
 def movedim(rw: Rewriter, t: Node, src: int, dst: int) -> Node:
     """``movedim(t, src, dst)``, or ``t`` itself when ``src == dst``."""
-    return t if src == dst else call(rw, torch.movedim, t, src, dst)
+    return t if src == dst else rw.call(torch.movedim, t, src, dst)
 
 
 def as_block(rw: Rewriter, span: Node, run: Run, stack: bool, e: int) -> Node:
@@ -68,9 +68,9 @@ def as_block(rw: Rewriter, span: Node, run: Run, stack: bool, e: int) -> Node:
     p = run.parts
     if not p.unbind and not stack and e == p.dim:
         return span
-    t = span if p.unbind else call(rw, torch.unflatten, span, p.dim, (run.n, p.sizes[run.first]))
+    t = span if p.unbind else rw.call(torch.unflatten, span, p.dim, (run.n, p.sizes[run.first]))
     t = movedim(rw, t, p.dim, e)
-    return t if stack else call(rw, torch.flatten, t, e, e + 1)
+    return t if stack else rw.call(torch.flatten, t, e, e + 1)
 
 
 def rebuild(rw: Rewriter, user: Node, segs: list, block_of: Callable[[Run], Node | None], e: int) -> None:
@@ -88,9 +88,9 @@ def rebuild(rw: Rewriter, user: Node, segs: list, block_of: Callable[[Run], Node
                 (loose if stack else parts).extend(s.items if isinstance(s, Run) else [s])
                 continue
             if loose:
-                parts.append(call(rw, torch.stack, loose, dim=e))
+                parts.append(rw.call(torch.stack, loose, dim=e))
                 loose = []
             parts.append(b)
         if loose:
-            parts.append(call(rw, torch.stack, loose, dim=e))
-        swap(rw, user, parts[0] if len(parts) == 1 else call(rw, torch.cat, parts, dim=e))
+            parts.append(rw.call(torch.stack, loose, dim=e))
+        swap(rw, user, parts[0] if len(parts) == 1 else rw.call(torch.cat, parts, dim=e))

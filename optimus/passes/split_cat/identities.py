@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from optimus_lens.core import meta
 from optimus_lens.core.lang import ANY, Op, Pieces, Require, Rule, RulePattern, Var, check
-from optimus_lens.core.pattern import Miss, register
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import register
 from optimus_lens.core.where import caller
 from optimus_lens.passes.common import CAT, SPLIT, STACK, UNBIND, dim_of
 from optimus_lens.passes.split_cat.analysis import layout_miss, mutation_miss, split_parts
@@ -51,7 +52,7 @@ def one_piece(split) -> Miss | None:
 
 
 # stack([unbind(y, d)[0], ..., unbind(y, d)[n-1]], d) -> y
-register(
+REMOVE_UNBIND_STACK = register(
     RulePattern(
         Rule(
             "remove_unbind_stack",

@@ -10,9 +10,10 @@ from __future__ import annotations
 import torch
 from torch.fx import Node
 
-from optimus_lens.core.pattern import AnchoredPattern, Match, Miss, need, register
+from optimus_lens.core.miss import Miss, need
+from optimus_lens.core.pattern import AnchoredPattern, Match, register
 from optimus_lens.core.rewriter import Rewriter
-from optimus_lens.passes.common import CAT, SPLIT, call, is_getitem
+from optimus_lens.passes.common import CAT, SPLIT, is_getitem
 from optimus_lens.passes.split_cat.analysis import (
     Parts,
     Run,
@@ -68,7 +69,7 @@ class MergeSplits(AnchoredPattern):
         outer, inner, i = m.info["outer"], m.info["inner"], m.info["index"]
         sizes = outer.sizes[:i] + inner.sizes + outer.sizes[i + 1 :]
         with rw.inserting_before(outer.node):  # erased last, so the insert point stays live
-            new = call(rw, torch.split, outer.input, sizes, dim=outer.dim)
+            new = rw.call(torch.split, outer.input, sizes, dim=outer.dim)
             get = getitems_of(rw, new)
             for h, k in m.info["b"]:
                 swap(rw, h, get(i + k))
@@ -113,7 +114,7 @@ class MergeGetitemCat(AnchoredPattern):
         p = run.parts
         sizes = p.sizes[: run.first] + [run.length] + p.sizes[run.last + 1 :]
         with rw.inserting_before(p.node):  # erased last, so the insert point stays live
-            get = getitems_of(rw, call(rw, torch.split, p.input, sizes, dim=p.dim))
+            get = getitems_of(rw, rw.call(torch.split, p.input, sizes, dim=p.dim))
             swap(rw, m.anchor, get(run.first))
             for g, j in m.info["items"]:
                 if run.first <= j <= run.last:
@@ -150,5 +151,5 @@ class MutateCat(AnchoredPattern):
             rw.erase(cat)
         else:
             with rw.inserting_before(cat):
-                swap(rw, cat, call(rw, torch.narrow, run.parts.input, run.parts.dim, run.offset, run.length))
+                swap(rw, cat, rw.call(torch.narrow, run.parts.input, run.parts.dim, run.offset, run.length))
         erase_if_unused(rw, rest)

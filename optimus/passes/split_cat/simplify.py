@@ -10,9 +10,10 @@ import torch
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.pattern import AnchoredPattern, Match, Miss, need, register
+from optimus_lens.core.miss import Miss, need
+from optimus_lens.core.pattern import AnchoredPattern, Match, register
 from optimus_lens.core.rewriter import Rewriter
-from optimus_lens.passes.common import SPLIT, STACK, UNBIND, arg, call, dim_of, is_call
+from optimus_lens.passes.common import SPLIT, STACK, UNBIND, arg, dim_of, is_call
 from optimus_lens.passes.split_cat.analysis import (
     Parts,
     Run,
@@ -108,7 +109,7 @@ class SimplifySplitCat(AnchoredPattern):
                 new_of = {r: p.input for r in needed}
             else:
                 sizes = [sum(p.sizes[a : b + 1]) for a, b in sections]
-                get = getitems_of(rw, call(rw, torch.split, p.input, sizes, dim=p.dim))
+                get = getitems_of(rw, rw.call(torch.split, p.input, sizes, dim=p.dim))
                 new_of = {r: get(sections.index(r)) for r in sorted(needed)}
         for user, (segs, e) in m.info["layouts"].items():
             chosen = {id(r) for r in merged[user]}
@@ -174,7 +175,7 @@ class MergeSplitSqueeze(AnchoredPattern):
     def rewrite(self, rw: Rewriter, m: Match) -> None:
         p: Parts = m.info["parts"]
         with rw.inserting_before(p.node):
-            get = getitems_of(rw, call(rw, torch.unbind, p.input, dim=p.dim))
+            get = getitems_of(rw, rw.call(torch.unbind, p.input, dim=p.dim))
             for u, i in m.info["squeezes"]:
                 swap(rw, u, get(i))
         for g, _ in m.info["items"]:

@@ -20,9 +20,10 @@ import torch
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.pattern import AnchoredPattern, Match, Miss, need, register
+from optimus_lens.core.miss import Miss, need
+from optimus_lens.core.pattern import AnchoredPattern, Match, register
 from optimus_lens.core.rewriter import Rewriter
-from optimus_lens.passes.common import CAT, STACK, call, is_call, is_getitem
+from optimus_lens.passes.common import CAT, STACK, is_call, is_getitem
 from optimus_lens.passes.split_cat.analysis import Run, block_ok, cat_args, getitem_piece, mutation_miss, segments
 from optimus_lens.passes.split_cat.build import as_block, erase_if_unused, movedim, rebuild
 
@@ -81,7 +82,7 @@ class ToSlices(AnchoredPattern):
 def _narrow(rw: Rewriter, run: Run) -> Node:
     """The run's span of the split/unbind input: the input itself for a whole run."""
     p = run.parts
-    return p.input if run.full else call(rw, torch.narrow, p.input, p.dim, run.offset, run.length)
+    return p.input if run.full else rw.call(torch.narrow, p.input, p.dim, run.offset, run.length)
 
 
 @register
@@ -194,5 +195,5 @@ class MoveReshapeOutOfSplitStack(ToSlices):
 
     def view(self, rw: Rewriter, run: Run, d: int, stack: bool) -> Node:
         t = as_block(rw, _narrow(rw, run), run, True, 0)  # (n, *piece shape)
-        t = call(rw, torch.reshape, t, (run.n, *meta.shape(run.items[0])))
+        t = rw.call(torch.reshape, t, (run.n, *meta.shape(run.items[0])))
         return movedim(rw, t, 0, d)
