@@ -79,7 +79,9 @@ def module_files() -> dict[str, Path]:
                 rel = rel[:-1]
             name = ".".join((pkg, *rel))
             # a nested root (optimus_lens.app) owns its files, not the outer one
-            if pkg == "optimus_lens" or not any(name.startswith(p + ".") for p in ROOTS if p != pkg and len(p) > len(pkg)):
+            if pkg == "optimus_lens" or not any(
+                name.startswith(p + ".") for p in ROOTS if p != pkg and len(p) > len(pkg)
+            ):
                 out[name] = f
     return out
 
@@ -113,9 +115,7 @@ def resolve(target: str, files: dict[str, Path]) -> str | None:
 
 
 def graph(files: dict[str, Path]) -> dict[str, list[Edge]]:
-    return {
-        m: edges(m, f.read_text(), f.name == "__init__.py") for m, f in sorted(files.items())
-    }
+    return {m: edges(m, f.read_text(), f.name == "__init__.py") for m, f in sorted(files.items())}
 
 
 def layer_violations(g: dict[str, list[Edge]], files: dict[str, Path]) -> list[str]:
@@ -251,7 +251,9 @@ def test_no_private_name_is_imported_from_another_file(house):
         f"{m}:{e.line} imports {e.target}"
         for m, es in g.items()
         for e in es
-        if e.private and resolve(e.target, files) not in (None, m) and e.target.startswith("optimus_lens")
+        if e.private
+        and resolve(e.target, files) not in (None, m)
+        and e.target.startswith("optimus_lens")
         # a package's own private submodules (sample_models._registry) are its business
         and resolve(e.target, files).rpartition(".")[0] != m
     ]
@@ -279,7 +281,9 @@ def test_the_checks_catch_a_planted_upward_import_and_a_planted_circle():
         "optimus_lens.viz.graph": Path("d"),
     }
     g = {
-        "optimus_lens.core.trace": edges("optimus_lens.core.trace", "def f():\n    import optimus_lens.core.engine\n", False),
+        "optimus_lens.core.trace": edges(
+            "optimus_lens.core.trace", "def f():\n    import optimus_lens.core.engine\n", False
+        ),
         "optimus_lens.core.engine": edges(
             "optimus_lens.core.engine",
             "from optimus_lens.core.trace import Trace\ndef g():\n    from optimus_lens.passes.batch import X\n",
