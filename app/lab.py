@@ -174,7 +174,7 @@ def preview_panel(r) -> None:
         marks = viz.Marks(
             groups={n: 0 for n in m.partial or [m.node]}, group_labels=[f"best partial match of {m.pattern}"]
         )
-    show_view(viz.graph_view(snap, marks, title="", legend_in_graph=False), height=520)
+    show_view(viz.graph_view(snap, marks, "", viz.ViewOptions(legend_in_graph=False)), height=520)
 
 
 def apply_panel(state, r) -> None:

@@ -346,7 +346,7 @@ def graph_options(n_nodes: int) -> dict:
         "Keep positions across steps",
         value=True,
         key="keep_positions",
-        help=f"Small traces (up to {viz.graph.STABLE_MAX} distinct nodes): one layout for every "
+        help=f"Small traces (up to {viz.STABLE_MAX} distinct nodes): one layout for every "
         "step, so scrubbing moves only what changed. Off: each step's before and after get "
         "their own, tighter layout.",
     )
@@ -356,7 +356,7 @@ def graph_options(n_nodes: int) -> dict:
         key="full",
         disabled=n_nodes > FULL_VIEW_LIMIT,
         help=f"Draw every node (offered up to {FULL_VIEW_LIMIT:,} nodes; layout is bounded "
-        f"to {viz.layout.LAYOUT_BUDGET_S:g} s, then a simpler layered layout is used).",
+        f"to {viz.LAYOUT_BUDGET_S:g} s, then a simpler layered layout is used).",
     )
     height = st.number_input("Graph height (px)", 300, 2000, 560, step=20, key="graph_height")
     return {
@@ -373,7 +373,7 @@ def graph_options(n_nodes: int) -> dict:
 
 @st.cache_data(max_entries=512, show_spinner=False)
 def _pinned_svg(dot_source: str) -> str:
-    return viz.layout.draw_pinned(dot_source)
+    return viz.draw_pinned(dot_source)
 
 
 def _cached(kind: str, key: tuple, make):
@@ -396,11 +396,10 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
     height = opts.pop("height") + (160 if bar["presentation"] else 0)
     opts["unfolded"] = app_modules.unfolded(ss, trace.model)
     if mode == "Whole pass":
-        opts = {k: v for k, v in opts.items() if k != "keep"}
-        views = [
-            viz.pass_view(trace, pass_filter, side, legend_in_graph=False, palette=bar["palette"], **opts)
-            for side in ("before", "after")
-        ]
+        drawing = viz.ViewOptions(
+            legend_in_graph=False, palette=bar["palette"], **{k: v for k, v in opts.items() if k != "keep"}
+        )
+        views = [viz.pass_view(trace, pass_filter, side, drawing) for side in ("before", "after")]
         rendered = [viz.render_view(v) for v in views]
         panes = [(f"Before pass {pass_filter}", rendered[0].svg), (f"After pass {pass_filter}", rendered[1].svg)]
         notes = views[1].notes + [r.note for r in rendered if r.note]
@@ -433,10 +432,14 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: dict, bar:
             else _cached(
                 "trace_layout",
                 (opts["fold_params"], opts["clusters"]),
-                lambda: viz.trace_layout(trace, fold_params=opts["fold_params"], clusters=opts["clusters"]),
+                lambda: viz.trace_layout(
+                    trace, viz.ViewOptions(fold_params=opts["fold_params"], clusters=opts["clusters"])
+                ),
             )
         )
-        pic = _cached("picture", (cur, *key), lambda: viz.step_picture(trace, cur, layout=shared, **opts))
+        pic = _cached(
+            "picture", (cur, *key), lambda: viz.step_picture(trace, cur, viz.ViewOptions(**opts), layout=shared)
+        )
         if bar["picture"] == "Diff":
             panes = [(f"Diff of step {cur}", _pinned_svg(pic.diff.source))]
         else:
@@ -566,7 +569,7 @@ def main() -> None:
         height = opts.pop("height")
         opts.pop("fold"), opts.pop("keep")
         opts["unfolded"] = app_modules.unfolded(ss, trace.model)
-        captured = viz.snapshot_view(trace, 0, legend_in_graph=False, **opts)
+        captured = viz.snapshot_view(trace, 0, viz.ViewOptions(legend_in_graph=False, **opts))
         show_view(
             captured,
             height,
