@@ -70,7 +70,7 @@ def show_comparison(c) -> None:
         (right, "Only in PyTorch Inductor", c.only_upstream, c.upstream_inherited),
     )
     for col, title, steps, inherited in sides:
-        col.markdown(f"**{title}** ({len(steps)} steps)")
+        col.markdown(f"**{title}** ({len(steps)} step{'' if len(steps) == 1 else 's'})")
         if steps:
             col.dataframe(
                 pd.DataFrame(
@@ -79,8 +79,8 @@ def show_comparison(c) -> None:
                             "step": s.index,
                             "pass": s.pass_name,
                             "pattern": s.pattern,
-                            "sites": ", ".join(s.sites[:6]) + (" ..." if len(s.sites) > 6 else ""),
                             "verify": failure_text(s, inherited),
+                            "sites": ", ".join(s.sites[:6]) + (" ..." if len(s.sites) > 6 else ""),
                         }
                         for s in steps
                     ]

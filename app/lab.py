@@ -120,7 +120,7 @@ def _editor(state: MutableMapping, annotations: list[dict]) -> str:
 
 def controls(state) -> None:
     """The model box (with a sample picker that fills it), the pattern's name, the starters."""
-    c1, c1b, c2, c3 = st.columns([3, 1.4, 2, 2], vertical_alignment="bottom")
+    c1, c1b, c2, c3, c4 = st.columns([3, 1.3, 1.7, 2, 1.1], vertical_alignment="bottom")
     c1.text_input("Model", key="lab_spec", persist_state=S.KEEP, placeholder="sample:swish_mlp", help=SPEC_HELP)
     c1b.selectbox(
         "Samples",
@@ -138,7 +138,9 @@ def controls(state) -> None:
         help="the file and the pass are named after it (a loaded file names it)",
     )
     c3.selectbox("Start from", list(STARTERS), key="lab_starter_kind", persist_state=S.KEEP)
-    c3.button("Load starter", key="lab_load_starter", on_click=_on_starter)
+    c4.button(
+        "Load", key="lab_load_starter", on_click=_on_starter, width="stretch", help="put the starter in the editor"
+    )
 
 
 def page() -> None:

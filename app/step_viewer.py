@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from optimus_lens import sample_models, viz
-from optimus_lens.app import compare_view, debug, inspector, presentation, toggles, upstream, why_panel
+from optimus_lens.app import compare_view, debug, inspector, lab_runner, presentation, toggles, upstream, why_panel
 from optimus_lens.app import modules as app_modules
 from optimus_lens.app import state as S
 from optimus_lens.app.graphclick import on_pick
@@ -141,8 +141,12 @@ def run_plan(spec: str) -> str:
         if source == toggles.INDUCTOR
         else (f"pass{'es' if n != 1 else ''}")
     )
+    pattern = ss.get("pattern")
+    mine = ""
+    if pattern is not None and source != toggles.INDUCTOR and ss.get(toggles.USE_PATTERN, True):
+        mine = f" (the last: your pattern {lab_runner.pass_name(pattern['name'])}, in a separate process)"
     return (
-        f"Runs `{spec}`: {n} {which}, verify {VERIFY_LABEL[ss.get('verify', 'end')]}, "
+        f"Runs `{spec}` — {n} {which}{mine}, verify {VERIFY_LABEL[ss.get('verify', 'end')]}, "
         f"{ss.get('capture_method', 'dynamo')} capture."
     )
 
@@ -201,8 +205,6 @@ def run_with_pattern(spec: str, passes: list[str], pattern: dict, graph_index: i
     ``optimus run --pattern-file`` process (:func:`optimus_lens.app.lab_runner.apply`: the
     user's code never runs in the app's process); on failure keep the old trace and record the
     error."""
-    from optimus_lens.app import lab_runner
-
     name = lab_runner.pass_name(pattern["name"])
     with st.status(f"Running {spec} with your pattern {name} in a separate process …", expanded=False) as status:
         r = lab_runner.apply(

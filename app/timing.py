@@ -89,7 +89,7 @@ def timing_panel(trace, ss: MutableMapping) -> None:
         )
         c[1].button("Time it in the Pattern Lab", key="bench_in_lab", on_click=S.go_to, args=(ss, S.LAB))
         return
-    c = st.columns([1, 1, 1, 1, 1, 2], vertical_alignment="bottom")
+    c = st.columns([0.9, 1.2, 1.5, 1.5, 1.3, 1.9], vertical_alignment="bottom")  # every label whole at 1280 px
     repeats = c[0].number_input("Repeats", 3, 200, key="repeats", persist_state=S.KEEP)
     mode = c[1].selectbox(
         "Mode",
@@ -118,7 +118,7 @@ def timing_panel(trace, ss: MutableMapping) -> None:
         "p10-p90 spread is tight where torch's thread pool on wall clock is noise-dominated on a shared "
         "machine. Untick to time with torch's default threads on wall clock.",
     )
-    if c[5].button("Measure per-pass timing", key="bench_btn"):
+    if c[5].button("Measure timing", key="bench_btn", width="stretch", help="per pass, with memory"):
         _measure(trace, ss, int(repeats), mode, compile, upstream, one_thread)
     b = ss.get("bench")
     if b is None:

@@ -173,7 +173,7 @@ def test_a_new_users_walk_default_model_own_factory_teach_and_back_runs_the_user
     assert at.text_input(key="factory").value == FACTORY
     assert at.checkbox(key="pass:batch_linear").value is False and at.radio(key="verify").value == "step"
     on = len(default_pipeline().passes) - 1
-    assert any(f"Runs `{FACTORY}`: {on} passes, verify after each rewrite" in c.value for c in at.caption)
+    assert any(f"Runs `{FACTORY}` — {on} passes, verify after each rewrite" in c.value for c in at.caption)
     _run(at)
     t = at.session_state["trace"]
     assert t.model == FACTORY and [s.pattern for s in t.steps][0] == "batch_relu"  # the user's model ran

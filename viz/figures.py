@@ -132,7 +132,7 @@ def _spread(base: float, med: float | None, p10: float | None, p90: float | None
 
 
 NOISE_FILL = "rgba(0,0,0,0)"  # a speedup within noise: no fill, a grey hatch, "within noise" on it
-NOISE_HATCH = "#9e9e9e"
+NOISE_HATCH = "#757575"
 
 
 def within_noise(base: float, med: float | None, p10: float | None, p90: float | None) -> bool:
@@ -155,10 +155,13 @@ def _noise_bars(colours: list[str], noise: list[bool], speedups: list[float]) ->
         "marker": dict(
             color=fill,
             line=dict(color=["#9e9e9e" if n else "#333333" for n in noise], width=1),
-            pattern=dict(shape=shape, fgcolor=NOISE_HATCH, size=6, solidity=0.25),
+            pattern=dict(shape=shape, fgcolor=NOISE_HATCH, size=6, solidity=0.35),
         ),
         "text": text,
-        "textposition": "outside",
+        "textposition": "inside",  # inside the bar, from its foot: clear of the p10-p90 whiskers above it
+        "insidetextanchor": "start",
+        "textfont": dict(size=11, color="#212121"),
+        "textangle": -90,  # upright in a narrow bar, never shrunk below legible
         "cliponaxis": False,
     }
 
@@ -231,7 +234,7 @@ def speedup_figure(bench, height: int = 340) -> go.Figure:
     unchanged = getattr(bench, "unchanged", [])
     sub = method_text(bench) + (f"<br>no change (not timed): {', '.join(unchanged)}" if unchanged else "")
     if any(noise):
-        sub += "<br>hatched, unfilled: within noise (the p10-p90 of its speedup spans 1.0x)"
+        sub += "<br>hatched: within noise (p10-p90 spans 1.0x)"
     fig.update_layout(
         height=height + 20 * (bool(unchanged) + any(noise)),
         margin=dict(l=10, r=10, t=50 + 20 * (bool(unchanged) + any(noise)), b=10),
@@ -242,6 +245,7 @@ def speedup_figure(bench, height: int = 340) -> go.Figure:
         ),
         yaxis_title="speedup (×)",
     )
+    fig.update_layout(uniformtext=dict(minsize=9, mode="show"))  # bar labels stay legible on narrow bars
     # a noisy sample's p10/p90 spread can be many times the bars: clip the axis to the bars, not the whiskers
     top = max([*tops, 1.0]) * 1.5 if stages else 2.0
     fig.update_yaxes(gridcolor="#eeeeee", range=[0, top])
