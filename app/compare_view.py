@@ -43,26 +43,34 @@ def compare_panel(state: MutableMapping) -> None:
 
 def show_comparison(c) -> None:
     """Draw one :class:`optimus_lens.debug.compare.Comparison`."""
-    from optimus_lens.debug.compare import group_rows
+    from optimus_lens.debug.compare import group_rows, inherited_text
 
     before, ours, up = c.nodes
     m = st.columns(3)
     m[0].metric("Nodes captured", before)
     m[1].metric("After ours", ours, delta=ours - before, delta_color="inverse")
     m[2].metric("After PyTorch Inductor", up, delta=up - before, delta_color="inverse")
-    for s in c.upstream_defects:
-        msg = s.verify.message.splitlines()[0] if s.verify and s.verify.message else ""
-        st.error(
-            f"**Upstream defect** — upstream step {s.index} ({s.pass_name} / {s.pattern}) fails verification: {msg}"
-        )
-    for s in c.ours_failed:
-        msg = s.verify.message.splitlines()[0] if s.verify and s.verify.message else ""
-        st.error(f"**Our defect** — step {s.index} ({s.pass_name} / {s.pattern}) fails verification: {msg}")
+    # one story per failure: a defect, and the later steps that only inherit it (Trace.failure_runs)
+    for side, head, steps in (
+        ("upstream", "Upstream defect", c.upstream_defects),
+        ("ours", "Our defect", c.ours_failed),
+    ):
+        for s in steps:
+            msg = s.verify.message.splitlines()[0] if s.verify and s.verify.message else ""
+            later = c.inherited_of(side, s)
+            st.error(
+                f"**{head}** — {'upstream ' if side == 'upstream' else ''}step {s.index} ({s.pass_name} / "
+                f"{s.pattern}) fails verification: {msg}"
+                + (f"\n\n{inherited_text(later, s.index, sentence=True)}" if later else "")
+            )
     st.dataframe(pd.DataFrame(group_rows(c)), hide_index=True, width="stretch")
     left, right = st.columns(2)
-    sides = ((left, "Only in ours", c.only_ours), (right, "Only in PyTorch Inductor", c.only_upstream))
-    for col, title, steps in sides:
-        col.markdown(f"**{title}** ({len(steps)} steps)")
+    sides = (
+        (left, "Only in ours", c.only_ours, c.ours_inherited),
+        (right, "Only in PyTorch Inductor", c.only_upstream, c.upstream_inherited),
+    )
+    for col, title, steps, inherited in sides:
+        col.markdown(f"**{title}** ({len(steps)} step{'' if len(steps) == 1 else 's'})")
         if steps:
             col.dataframe(
                 pd.DataFrame(
@@ -71,6 +79,7 @@ def show_comparison(c) -> None:
                             "step": s.index,
                             "pass": s.pass_name,
                             "pattern": s.pattern,
+                            "verify": failure_text(s, inherited),
                             "sites": ", ".join(s.sites[:6]) + (" ..." if len(s.sites) > 6 else ""),
                         }
                         for s in steps
@@ -79,3 +88,13 @@ def show_comparison(c) -> None:
                 hide_index=True,
                 width="stretch",
             )
+
+
+def failure_text(step, inherited: dict[int, int]) -> str:
+    """A step's verify column: "ok", "—" (not checked), "defect" (fails of its own) or
+    "fails: inherits step N" (only because step N broke the graph)."""
+    v = step.verify
+    if not step.failed:
+        return "—" if v is None or v.ok is None else "ok"
+    origin = inherited.get(step.index)
+    return f"fails: inherits step {origin}" if origin is not None else "defect"

@@ -8,6 +8,7 @@ from collections.abc import MutableMapping
 
 import streamlit as st
 
+from optimus_lens.app.state import KEEP
 from optimus_lens.core.trace import Trace, arg_text
 
 PICK, QUERY, SIDE, PANEL = "inspect_pick", "inspect_query", "inspect_side", "inspector_panel"
@@ -41,12 +42,14 @@ def inspector(state: MutableMapping, trace: Trace, cur: int) -> None:
     with st.expander("Inspect a node", key=PANEL, on_change="rerun"):  # tracked: a click in a view opens it
         c = st.columns([1, 2, 3], vertical_alignment="bottom")
         if cur >= 1:
-            side = c[0].radio("Graph", ("before", "after"), index=1, key=SIDE, horizontal=True)
+            side = c[0].radio("Graph", ("before", "after"), key=SIDE, persist_state=KEEP, horizontal=True)
         else:  # a trace without steps: the captured graph only
             side = "captured"
         k = cur - 1 if side == "before" else cur
         snap = trace.graph_at(k)
-        query = c[1].text_input("Find by name, op or target", key=QUERY, placeholder="layer_norm, getitem, …")
+        query = c[1].text_input(
+            "Find by name, op or target", key=QUERY, persist_state=KEEP, placeholder="layer_norm, getitem, …"
+        )
         current = state.get("inspect_node")
         names = choices(snap, query.strip(), current)
         if not names:

@@ -1,15 +1,25 @@
 """The Pattern Lab page: write a pattern, preview where it matches, ask why it does not,
 apply it as a pass and step through the result.
 
-User code runs only when a button is pressed, in a child process with a time limit
-(:mod:`optimus_lens.app.lab_runner`); the page says so. Session-state keys (all prefixed ``lab_``):
-``lab_source`` (the editor's text, never lost on an error), ``lab_name`` (file name),
-``lab_spec`` (model), ``lab_result`` (the last LabResult), ``lab_action`` ("preview" /
-"apply"), ``lab_time_limit`` (s).
+What you see is what runs: Preview and Apply run exactly the editor's text, under the name in
+the name field, on the model in the model box (any spec ``optimus`` takes); a loaded file
+replaces the editor's text and names it; a result made from other code, another name or
+another model is marked stale, and its "Time it" and "Open in the step viewer" are off until
+it is made again. User code runs only when a button is pressed, in a child process with a time
+limit (:mod:`optimus_lens.app.lab_runner`); the page says so.
+
+Session-state keys (all prefixed ``lab_``, first values in :func:`optimus_lens.app.state.init`):
+``lab_source`` (the editor's text, never lost on an error), ``lab_name`` (the pattern's name:
+its file and pass), ``lab_spec`` (the model spec), ``lab_result`` (the last LabResult) with
+``lab_ran`` (the (spec, name, source) it was made from) and ``lab_action`` ("preview" /
+"apply"), ``lab_bench`` ((spec, name, source), LabResult of "Time it"), ``lab_rev`` (bumped
+when code replaces the editor's text: a fresh editor shows it), ``lab_loaded`` (where the
+editor's text came from), ``lab_time_limit`` (s).
 """
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from importlib import resources
 from pathlib import Path
 
@@ -17,41 +27,83 @@ import streamlit as st
 
 from optimus_lens import sample_models, viz
 from optimus_lens.app import lab_runner
+from optimus_lens.app import state as S
 from optimus_lens.app.graphview import show_view
 
 STARTERS = {
-    "pattern / replacement functions": "functions.py",
+    "pattern / replacement functions": S.LAB_STARTER,
     "declarative rule (optimus_lens.core.lang)": "rule.py",
     "BatchPattern class": "batch.py",
 }
-_STARTER_DIR = Path(str(resources.files("optimus_lens.frontend") / "starters"))
+SPEC_HELP = (
+    "Any model spec `optimus match` takes: sample:NAME, package.module:factory, path/to/file.py:factory "
+    "(a callable returning (nn.Module, example_inputs), resolved from the app's directory), "
+    "path/to/model.pt2 (torch.export.save), hf:NAME[?layers=N&hidden=N]."
+)
 
 
 def starter(kind: str) -> str:
     """The starter source for ``kind`` (a key of ``STARTERS``)."""
-    return (_STARTER_DIR / STARTERS[kind]).read_text(encoding="utf-8")
+    return (resources.files("optimus_lens.frontend") / "starters" / STARTERS[kind]).read_text(encoding="utf-8")
 
 
-def init(state) -> None:
-    defaults = {
-        "lab_source": starter("pattern / replacement functions"),
-        "lab_name": "swish",
-        "lab_spec": "sample:swish_mlp",
-        "lab_result": None,
-        "lab_action": None,
-        "lab_time_limit": lab_runner.TIME_LIMIT_S,
-    }
-    for k, v in defaults.items():
-        state.setdefault(k, v)
+def ran_with(state: MutableMapping) -> tuple[str, str, str]:
+    """(model spec, pattern name, source) on screen now: what Preview or Apply would run."""
+    return state["lab_spec"].strip(), state["lab_name"].strip(), state["lab_source"]
 
 
-def _editor(source: str, annotations: list[dict]) -> str:
-    """The code editor (Ace, Python highlighting; Ctrl+Enter or Apply saves), or a text
-    area where the component is not installed."""
+def replace_code(state: MutableMapping, source: str, name: str | None, came_from: str) -> None:
+    """Put ``source`` in the editor (a fresh one, so it shows), named ``name`` (None: keep
+    the name), and forget the results of other code."""
+    state["lab_source"] = source
+    if name is not None:
+        state["lab_name"] = name
+    state["lab_rev"] = state.get("lab_rev", 0) + 1
+    state["lab_loaded"] = came_from
+    state["lab_result"] = state["lab_bench"] = None
+
+
+def load_file(state: MutableMapping, file_name: str, data: bytes) -> bool:
+    """A loaded pattern file: its text in the editor, its stem as the pattern's name. False,
+    with ``lab_upload_error`` set and the editor unchanged, for a file that is not UTF-8."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        state["lab_upload_error"] = f"{file_name} is not UTF-8 text; the editor keeps its code."
+        return False
+    replace_code(state, text, Path(file_name).stem, f"loaded from {file_name}")
+    return True
+
+
+def _on_upload() -> None:
+    state = st.session_state
+    up = state.get("lab_upload")
+    if up is not None:
+        load_file(state, up.name, up.getvalue())
+
+
+def _on_starter() -> None:
+    state = st.session_state
+    kind = state["lab_starter_kind"]
+    replace_code(state, starter(kind), None, f"starter: {kind}")
+
+
+def _on_sample() -> None:
+    state = st.session_state
+    pick = state.get("lab_sample_pick")
+    if pick:
+        state["lab_spec"] = f"sample:{pick}"
+    state["lab_sample_pick"] = None
+
+
+def _editor(state: MutableMapping, annotations: list[dict]) -> str:
+    """The code editor (Ace, Python highlighting), or a text area where the component is not
+    installed; a new ``lab_rev`` makes a fresh one showing ``lab_source``. Returns its text."""
+    source, rev = state["lab_source"], state.get("lab_rev", 0)
     try:
         from streamlit_ace import st_ace
     except ImportError:
-        return st.text_area("Pattern source", source, height=360, key="lab_textarea")
+        return st.text_area("Pattern source", source, height=360, key=f"lab_textarea_{rev}")
     out = st_ace(
         value=source,
         language="python",
@@ -61,34 +113,40 @@ def _editor(source: str, annotations: list[dict]) -> str:
         max_lines=40,
         annotations=annotations or None,
         auto_update=True,
-        key="lab_ace",
+        key=f"lab_ace_{rev}",
     )
     return source if out is None else out
 
 
 def controls(state) -> None:
-    c1, c2, c3 = st.columns([3, 2, 2])
-    names = sample_models.names()
-    spec = state["lab_spec"]
-    options = [f"sample:{n}" for n in names]
-    idx = options.index(spec) if spec in options else 0
-    state["lab_spec"] = c1.selectbox("Model", options, index=idx, key="lab_model_select")
-    state["lab_name"] = c2.text_input(
-        "Pattern file name",
-        state["lab_name"],
-        key="lab_name_input",
-        help="the pass and (for the functions form) the pattern are named after it",
+    """The model box (with a sample picker that fills it), the pattern's name, the starters."""
+    c1, c1b, c2, c3, c4 = st.columns([3, 1.3, 1.7, 2, 1.1], vertical_alignment="bottom")
+    c1.text_input("Model", key="lab_spec", persist_state=S.KEEP, placeholder="sample:swish_mlp", help=SPEC_HELP)
+    c1b.selectbox(
+        "Samples",
+        sample_models.names(),
+        index=None,
+        key="lab_sample_pick",
+        placeholder="pick one",
+        on_change=_on_sample,
+        help="fills the model box with sample:NAME",
     )
-    kind = c3.selectbox("Start from", list(STARTERS), key="lab_starter_kind")
-    if c3.button("Load starter", key="lab_load_starter"):
-        state["lab_source"] = starter(kind)
-        state["lab_result"] = None
+    c2.text_input(
+        "Pattern name",
+        key="lab_name",
+        persist_state=S.KEEP,
+        help="the file and the pass are named after it (a loaded file names it)",
+    )
+    c3.selectbox("Start from", list(STARTERS), key="lab_starter_kind", persist_state=S.KEEP)
+    c4.button(
+        "Load", key="lab_load_starter", on_click=_on_starter, width="stretch", help="put the starter in the editor"
+    )
 
 
 def page() -> None:
     """Draw the Pattern Lab."""
     state = st.session_state
-    init(state)
+    S.init(state)
     st.subheader("Pattern Lab")
     st.caption(
         f"Your code runs only when you press **Preview** or **Apply**, in a separate `optimus` process "
@@ -99,41 +157,53 @@ def page() -> None:
     errs = lab_runner.syntax_errors(state["lab_source"])
     left, right = st.columns([6, 5])
     with left:
-        state["lab_source"] = _editor(state["lab_source"], errs)
+        came_from = state.get("lab_loaded")
+        st.markdown(
+            f"**`{lab_runner.pass_name(state['lab_name'] or 'my_pattern')}.py`**"
+            + (f" <span style='color:#777'>— {came_from}</span>" if came_from else ""),
+            unsafe_allow_html=True,
+        )
+        state["lab_source"] = _editor(state, errs)
         errs = lab_runner.syntax_errors(state["lab_source"])
         for e in errs:
             st.error(f"Syntax error, {e['text']}")
+        spec, name, source = ran_with(state)
+        blocked = bool(errs) or not spec or not name
         b1, b2, b3 = st.columns(3)
-        if b1.button("Preview", type="primary", disabled=bool(errs), key="lab_preview"):
+        if b1.button("Preview", type="primary", disabled=blocked, key="lab_preview"):
             with st.spinner("Matching in a separate process…"):
-                state["lab_result"] = lab_runner.preview(
-                    state["lab_spec"], state["lab_source"], state["lab_name"], time_limit_s=state["lab_time_limit"]
-                )
-            state["lab_action"] = "preview"
-        if b2.button("Apply as a pass", disabled=bool(errs), key="lab_apply"):
+                r = lab_runner.preview(spec, source, name, time_limit_s=state["lab_time_limit"])
+            _keep_result(state, r, "preview", (spec, name, source))
+        if b2.button("Apply as a pass", disabled=blocked, key="lab_apply"):
             with st.spinner("Running the pattern as a pass, verifying every step…"):
-                state["lab_result"] = lab_runner.apply(
-                    state["lab_spec"], state["lab_source"], state["lab_name"], time_limit_s=state["lab_time_limit"]
-                )
-            state["lab_action"] = "apply"
+                r = lab_runner.apply(spec, source, name, time_limit_s=state["lab_time_limit"])
+            _keep_result(state, r, "apply", (spec, name, source))
         b3.download_button(
             "Save .py",
-            state["lab_source"].encode(),
-            file_name=f"{state['lab_name'] or 'pattern'}.py",
+            source.encode(),
+            file_name=f"{lab_runner.pass_name(name or 'pattern')}.py",
             mime="text/x-python",
             key="lab_save",
         )
-        up = st.file_uploader("Load a pattern file (.py)", type=["py"], key="lab_upload")
-        if up is not None and state.get("lab_upload_id") != up.file_id:
-            state["lab_upload_id"] = up.file_id
-            try:
-                state["lab_source"] = up.getvalue().decode("utf-8")
-                state["lab_name"] = Path(up.name).stem
-                st.rerun()
-            except UnicodeDecodeError:
-                st.error(f"{up.name} is not UTF-8 text; the editor keeps its code.")
+        if not spec or not name:
+            st.caption("Name the model and the pattern to preview or apply it.")
+        st.file_uploader("Load a pattern file (.py)", type=["py"], key="lab_upload", on_change=_on_upload)
+        if state.get("lab_upload_error"):
+            st.error(state.pop("lab_upload_error"))
     with right:
         result(state)
+
+
+def _keep_result(state: MutableMapping, r, action: str, made_from: tuple[str, str, str]) -> None:
+    """A new Preview or Apply result replaces the old one and every figure made from it."""
+    state["lab_result"], state["lab_action"], state["lab_ran"] = r, action, made_from
+    state["lab_bench"] = None
+
+
+def is_stale(state: MutableMapping) -> bool:
+    """True when the result on screen was made from another model, name or code than the
+    ones on screen now."""
+    return state.get("lab_result") is not None and state.get("lab_ran") != ran_with(state)
 
 
 def result(state) -> None:
@@ -141,12 +211,20 @@ def result(state) -> None:
     if r is None:
         st.info("Press **Preview** to see every place the pattern matches (the graph is not changed).")
         return
+    stale = is_stale(state)
+    if stale:
+        spec, name, _ = state["lab_ran"]
+        st.warning(
+            f"**Stale**: this result is from earlier code, name or model (`{name}` on `{spec}`). "
+            "Preview or Apply again to see what the code on screen does.",
+            icon=":material/sync_problem:",
+        )
     if r.error:
         st.error(f"**{r.error[0]}**\n\n{r.error[1]}")
     if state.get("lab_action") == "preview" and r.preview is not None:
         preview_panel(r)
     elif state.get("lab_action") == "apply" and r.trace is not None:
-        apply_panel(state, r)
+        apply_panel(state, r, stale)
     with st.expander("process output"):
         st.code(r.log or "(nothing printed)", language="text")
 
@@ -177,7 +255,7 @@ def preview_panel(r) -> None:
     show_view(viz.graph_view(snap, marks, "", viz.ViewOptions(legend_in_graph=False)), height=520)
 
 
-def apply_panel(state, r) -> None:
+def apply_panel(state, r, stale: bool = False) -> None:
     t = r.trace
     st.markdown(f"**{len(t.steps)} step(s)**, {t.nodes_before} → {t.nodes_after} nodes, in {r.seconds:.1f} s.")
     rows = [
@@ -191,41 +269,63 @@ def apply_panel(state, r) -> None:
     ]
     if rows:
         st.dataframe(rows, hide_index=True)
-    if t.steps:
-        c1, c2 = st.columns(2)
-        c1.button("Open in the step viewer", key="lab_open", on_click=open_in_viewer, args=(state, t))
-        if c2.button("Time it", key="lab_time"):
-            with st.spinner("Timing in a separate process (one thread, interleaved rounds)…"):
-                state["lab_bench"] = lab_runner.bench(state["lab_spec"], state["lab_source"], state["lab_name"])
-        b = state.get("lab_bench")
-        if b is not None and not b.ok:
-            st.error(f"**{b.error[0]}**\n\n{b.error[1]}")
-        elif b is not None:
-            data = b.extra["bench"]
-            st.dataframe(
-                [
-                    {
-                        "stage": x["name"],
-                        "median ms": round(x["latency_ms_median"], 3),
-                        "p10..p90 ms": f"{x['latency_ms_p10']:.3f}..{x['latency_ms_p90']:.3f}",
-                        "speedup": f"{x['speedup_vs_baseline']:.2f}x",
-                        "peak bytes": x["peak_bytes"],
-                    }
-                    for x in data["stages"]
-                ],
-                hide_index=True,
-            )
-            st.caption(
-                f"{data.get('device', 'cpu')}, {data.get('method', '')}; ratios from one run, stages interleaved"
-            )
+    if not t.steps:
+        return
+    why_off = "Preview or Apply the code on screen first: this result is stale." if stale else None
+    c1, c2 = st.columns(2)
+    c1.button(
+        "Open in the step viewer",
+        key="lab_open",
+        on_click=open_in_viewer,
+        args=(state, t),
+        disabled=stale,
+        help=why_off or "the trace, its model and your pattern: the sidebar names them, Run and Why not? include it",
+    )
+    if c2.button("Time it", key="lab_time", disabled=stale, help=why_off):
+        with st.spinner("Timing in a separate process (one thread, interleaved rounds)…"):
+            spec, name, source = state["lab_ran"]
+            state["lab_bench"] = (state["lab_ran"], lab_runner.bench(spec, source, name))
+    kept = state.get("lab_bench")
+    if kept is None or kept[0] != state.get("lab_ran"):
+        return
+    b = kept[1]
+    if not b.ok:
+        st.error(f"**{b.error[0]}**\n\n{b.error[1]}")
+        return
+    data = b.extra["bench"]
+    st.dataframe(
+        [
+            {
+                "stage": x["name"],
+                "median ms": round(x["latency_ms_median"], 3),
+                "p10..p90 ms": f"{x['latency_ms_p10']:.3f}..{x['latency_ms_p90']:.3f}",
+                "speedup": f"{x['speedup_vs_baseline']:.2f}x",
+                "peak bytes": x["peak_bytes"],
+            }
+            for x in data["stages"]
+        ],
+        hide_index=True,
+    )
+    st.caption(f"{data.get('device', 'cpu')}, {data.get('method', '')}; ratios from one run, stages interleaved")
 
 
 def open_in_viewer(state, trace) -> None:
     """Button callback: show ``trace`` in the step viewer page (on the next run,
-    :func:`optimus_lens.app.state.go_to`). The viewer cannot re-run or time a user pattern
-    (that would run its code in the app's process), so the trace is shown as a file is:
-    time it here with "Time it"."""
-    from optimus_lens.app.state import VIEWER, go_to, set_trace
+    :func:`optimus_lens.app.state.go_to`) with its model and the pattern: the sidebar names the
+    model (:func:`optimus_lens.app.state.show_model`) and ticks the trace's passes, the pattern's
+    own toggle among them, and Run, Why not? and the code diff work on it. The pattern's code
+    runs there too only in a child process."""
+    from optimus_lens.app.toggles import OURS, USE_PATTERN
 
-    set_trace(state, trace, None, f"Pattern Lab: {state['lab_name']}.py on {state['lab_spec']}")
-    go_to(state, VIEWER)
+    spec, name, source = state["lab_ran"]
+    S.set_trace(state, trace, spec, f"Pattern Lab: {lab_runner.pass_name(name)}.py on {spec}")
+    state["pattern"] = {"name": name, "source": source}
+    S.show_model(state, spec)
+    stem = lab_runner.pass_name(name)
+    for p in trace.passes:
+        if p["name"] == stem:
+            state[USE_PATTERN] = bool(p.get("enabled", True))
+        else:
+            state[f"pass:{p['name']}"] = bool(p.get("enabled", True))
+    state["pass_source"], state["verify"] = OURS, "step"  # the Lab verifies every step
+    S.go_to(state, S.VIEWER)

@@ -59,7 +59,9 @@ def syntax_errors(source: str, filename: str = "pattern.py") -> list[dict]:
     return []
 
 
-def _file_name(name: str) -> str:
+def pass_name(name: str) -> str:
+    """The pass (and file stem) a pattern named ``name`` runs as: ``name`` made a Python
+    identifier (``my-pattern.py`` -> ``my_pattern``)."""
     stem = re.sub(r"\W", "_", Path(name).stem) or "my_pattern"
     return stem if not stem[0].isdigit() else f"p_{stem}"
 
@@ -71,7 +73,7 @@ def _run(args: list[str], source: str, name: str, time_limit_s: float, outputs: 
     import time
 
     tmp = Path(tempfile.mkdtemp(prefix="optimus_lab_"))
-    path = tmp / f"{_file_name(name)}.py"
+    path = tmp / f"{pass_name(name)}.py"
     path.write_text(source, encoding="utf-8")
     outs = {o: str(tmp / f"{o}.json") for o in outputs}
     argv = [a.replace("{file}", str(path)).format(**outs) if "{" in a else a for a in args]
@@ -135,14 +137,27 @@ def apply(
     verify: str = "step",
     alone: bool = True,
     time_limit_s: float = TIME_LIMIT_S,
+    passes: list[str] | None = None,
+    capture: str = "dynamo",
+    grads: bool = False,
+    graph_index: int | None = None,
 ) -> LabResult:
-    """Run the source's patterns as a pass (``alone``: only that pass; else after the
-    default pipeline) with ``verify``, and return the recorded trace. Exit status 1
-    (a step failed verification) still returns the trace, with ``ok`` False."""
-    stem = _file_name(name)
-    args = ["run", spec, "--pattern-file", "{file}", "--verify", verify, "--trace", "{out_trace}"]
-    if alone:
+    """Run the source's patterns as a pass and return the recorded trace: ``passes`` names
+    the passes to enable (the file's pass among them, :func:`pass_name`); without it,
+    ``alone`` runs only that pass, else it runs after the default pipeline. ``verify``,
+    ``capture``, ``grads`` and ``graph_index`` are ``optimus run``'s ``--verify``,
+    ``--capture``, ``--grads`` and ``--graph``. Exit status 1 (a step failed verification)
+    still returns the trace, with ``ok`` False."""
+    stem = pass_name(name)
+    args = ["run", spec, "--pattern-file", "{file}", "--verify", verify, "--trace", "{out_trace}", "--capture", capture]
+    if passes is not None:
+        args += ["--passes", ",".join(passes)]
+    elif alone:
         args += ["--passes", stem]
+    if grads:
+        args.append("--grads")
+    if graph_index is not None:
+        args += ["--graph", str(graph_index)]
     code, log, outs, secs, _ = _run(args, source, name, time_limit_s, ("out_trace",))
     trace = None
     if code in (0, 1) and Path(outs["out_trace"]).exists():
@@ -165,13 +180,48 @@ def apply(
     return LabResult(False, _failure(code, log, time_limit_s, "Apply"), log=log, seconds=secs, exit_code=code)
 
 
+def why(
+    spec: str,
+    source: str,
+    name: str,
+    node: str,
+    step: int | None = None,
+    passes: list[str] | None = None,
+    capture: str = "dynamo",
+    graph_index: int | None = None,
+    time_limit_s: float = TIME_LIMIT_S,
+) -> LabResult:
+    """Every pattern's answer for ``node`` of the graph before ``step`` (None: the captured
+    graph) in a dry run with the source's patterns as a pass (``optimus why --pattern-file
+    ... --json``), in the child process: ``passes`` the enabled passes (None: all, the file's
+    included). The :class:`optimus_lens.debug.why.WhyReport` is in ``extra["why"]``; a node
+    that is not there or a step out of range is an ``error`` with exit status 2."""
+    from optimus_lens.debug.why import WhyReport
+
+    args = ["why", spec, node, "--pattern-file", "{file}", "--capture", capture, "--json", "{out_why}"]
+    if step is not None:
+        args += ["--step", str(step)]
+    if passes is not None:
+        args += ["--passes", ",".join(passes)]
+    if graph_index is not None:
+        args += ["--graph", str(graph_index)]
+    code, log, outs, secs, _ = _run(args, source, name, time_limit_s, ("out_why",))
+    if code != 0:
+        return LabResult(False, _failure(code, log, time_limit_s, "Why not"), log=log, seconds=secs, exit_code=code)
+    try:
+        report = WhyReport.from_json(json.loads(Path(outs["out_why"]).read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return LabResult(False, ("Why-not output unreadable", str(e)), log=log, seconds=secs, exit_code=code)
+    return LabResult(True, log=log, seconds=secs, exit_code=code, extra={"why": report})
+
+
 def bench(
     spec: str, source: str, name: str = "my_pattern", repeats: int = 30, time_limit_s: float = 3 * TIME_LIMIT_S
 ) -> LabResult:
     """Time the captured graph against the graph after the source's pass (``optimus bench
     --pattern-file ... --passes NAME``, one thread), in the child process; the stages'
     JSON is in ``extra["bench"]`` (see :meth:`optimus_lens.perf.timings.BenchResult.to_json`)."""
-    stem = _file_name(name)
+    stem = pass_name(name)
     code, log, outs, secs, _ = _run(
         [
             "bench",

@@ -1,11 +1,18 @@
 """The app's session logic, free of Streamlit so tests can drive it directly.
 
 Every function takes the session state as a plain ``MutableMapping`` (Streamlit's
-``st.session_state`` is one). Keys:
+``st.session_state`` is one). :func:`init` is the one place every key gets its first value,
+on every run of every page. Two kinds of keys:
+
+**Data** (:data:`DEFAULTS`; set by the app's code, never by a widget):
 
 * ``trace`` — the Trace on screen (None before the first run or upload)
-* ``spec`` — the model spec that produced it ("sample:NAME" / "pkg.mod:factory"), or
-  None for an uploaded trace of a model this build cannot rebuild
+* ``spec`` — the model spec that produced it ("sample:NAME", "pkg.mod:factory", "file.py:factory",
+  "model.pt2", "hf:NAME"), or None for an uploaded trace of a model this build cannot rebuild
+* ``pattern`` — the user pattern the step viewer carries, ``{"name", "source"}``, from the Pattern
+  Lab's "Open in the step viewer" (kept until another one replaces it), or None: a pass toggle
+  of its own; Run, why-not and timing include it where the trace on screen does
+  (:func:`includes_pattern`); its code only ever runs in a child process
 * ``source`` — one line saying where the trace came from
 * ``cur_step`` — the step on screen (1-based; 0 when the trace has no step)
 * ``error`` — (title, message) of the last failed action, or None; the app shows it once
@@ -17,20 +24,30 @@ Every function takes the session state as a plain ``MutableMapping`` (Streamlit'
   callback), the next run shows that page
 * ``page_shown`` — the page the last run drew (the router's, to tell a page asked for from
   one the user picked in the navigation)
+* ``lab_*`` / ``teach_*`` — the Pattern Lab's and the Teach page's (their modules say which)
 
-:func:`init` is the one place these are given their first values; each page keeps its own
-keys (``lab_``, ``teach_``, ``sweep_`` prefixes) and fills them in itself.
+**Settings** (:data:`SETTINGS`; a widget's key): what the user chose — the model source and
+spec, the verify and capture settings, the pass source, the pass filter and view options, the
+why-not and timing choices, the Lab's model and pattern name, the Teach page's pattern and
+search. Streamlit drops a widget's value when its page is not drawn; every such widget is made
+with ``persist_state=KEEP`` ("session") and no value of its own (its first value is here), so
+what the user set survives every page switch and rerun (``tests/test_app_state.py`` checks the
+source of every page). The pass toggles ``pass:NAME`` (one per pass of the pipeline on
+screen, first value True) and ``upstream_passes`` (upstream's default options) are kept the
+same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import MutableMapping
+from typing import Any
 
 from optimus_lens.core.trace import Trace, TraceFormatError
 
 DEFAULTS = {
     "trace": None,
     "spec": None,
+    "pattern": None,
     "source": "",
     "cur_step": 0,
     "error": None,
@@ -48,11 +65,131 @@ PAGE, PAGE_SHOWN = "page_choice", "page_shown"
 MODEL_ENV, SWEEP_ENV = "OPTIMUS_LENS_MODEL", "OPTIMUS_LENS_SWEEP"
 
 
+#: what every widget in :data:`SETTINGS` passes as ``persist_state``: its value is kept for the
+#: whole session, across page switches (Streamlit >= 1.67)
+KEEP = "session"
+#: the step viewer's model sources (the ``source_kind`` radio)
+SAMPLE, FACTORY, TRACE_FILE = "Sample model", "Python factory", "Trace file"
+#: the Pattern Lab's first starter file (``optimus_lens/frontend/starters/``) and pattern name
+LAB_STARTER, LAB_NAME = "functions.py", "swish"
+
+#: widget key -> its first value (see the module docstring); :func:`init` adds the ones
+#: computed from the environment (``sample``, ``factory``, ``source_kind`` from ``optimus app
+#: --model``; ``hops``; ``lab_source``; ``teach_pattern``; ``bench_one_thread``)
+SETTINGS: dict[str, Any] = {
+    # the step viewer's sidebar: model, passes, checks
+    "source_kind": SAMPLE,
+    "factory": "",
+    "pass_source": "Optimus Lens passes",
+    "verify": "end",
+    "grads": False,
+    "capture_method": "dynamo",
+    # navigator and view options
+    "pass_filter": "all passes",
+    "view_mode": "Step",
+    "picture": "Side by side",
+    "text_size": "normal",
+    "fold_params": True,
+    "fold_parallel": "auto",
+    "clusters": True,
+    "fold_modules": "auto",
+    "keep_positions": True,
+    "full": False,
+    "graph_height": 560,
+    # inspector, why-not, timing
+    "inspect_side": "after",
+    "inspect_query": "",
+    "why_at": "before",
+    "why_node": "",
+    "repeats": 20,
+    "bench_mode": "inference",
+    "bench_compile": False,
+    "bench_upstream": False,
+    # the Pattern Lab (``lab_spec`` and ``lab_name`` are the Lab's model and pattern name)
+    "lab_spec": "sample:swish_mlp",
+    "lab_name": LAB_NAME,
+    "lab_starter_kind": "pattern / replacement functions",  # the first of optimus_lens.app.lab.STARTERS
+    # the Teach page
+    "teach_search": "global",
+    "teach_frame": 1,
+    "teach_dep_frame": 1,
+    # the Sweep page's filters
+    "sweep_status": [],
+    "sweep_config": [],
+}
+# ``sweep_dir`` first holds the directory ``optimus app --sweep DIR`` named (``_first_values``)
+#: the Pattern Lab's and the Teach page's data (not widgets)
+PAGE_DEFAULTS: dict[str, Any] = {
+    "lab_result": None,
+    "lab_action": None,
+    "lab_ran": None,
+    "lab_bench": None,
+    "lab_loaded": None,
+    "lab_rev": 0,  # bumped when code replaces the editor's text (a loaded file, a starter): a fresh editor
+    "teach_slide": 0,
+}
+
+
+def _first_values() -> dict[str, Any]:
+    """The first values :data:`SETTINGS` cannot hold as literals: the model ``optimus app
+    --model`` named (``OPTIMUS_LENS_MODEL``: a sample, else a spec in the factory box), the
+    Lab's starter, the Teach page's first pattern, and one CPU thread for timing where there is
+    no CUDA device (one thread timed by its CPU time has the tight spread on CPU)."""
+    import os
+    from importlib import resources
+
+    import torch
+
+    from optimus_lens import sample_models
+    from optimus_lens.app.lab_runner import TIME_LIMIT_S
+    from optimus_lens.teach.lookup import predefined
+    from optimus_lens.viz.options import HOPS
+
+    out: dict[str, Any] = {"sample": sample_models.DEFAULT, "hops": HOPS}
+    model = os.environ.get(MODEL_ENV, "").strip()
+    if model:
+        out.update(sidebar_model(model))
+    out["lab_source"] = (resources.files("optimus_lens.frontend") / "starters" / LAB_STARTER).read_text(
+        encoding="utf-8"
+    )
+    out["teach_pattern"] = predefined()[0]
+    out["lab_time_limit"] = TIME_LIMIT_S
+    out["bench_one_thread"] = not torch.cuda.is_available()
+    out["sweep_dir"] = os.environ.get(SWEEP_ENV, "")
+    return out
+
+
 def init(state: MutableMapping) -> None:
-    """Fill in the keys above that the state does not have yet."""
-    for k, v in DEFAULTS.items():
-        if k not in state:
-            state[k] = v
+    """Give every key of :data:`DEFAULTS`, :data:`SETTINGS` and the pages' data its first
+    value where the state does not have it yet (a kept setting is never overwritten)."""
+    if "_first_values_done" not in state:  # computed once a session; they win over the literals
+        for k, v in _first_values().items():
+            state.setdefault(k, v)
+        state["_first_values_done"] = True
+    for table in (DEFAULTS, SETTINGS, PAGE_DEFAULTS):
+        for k, v in table.items():
+            if k not in state:
+                state[k] = list(v) if isinstance(v, list) else v
+    state.setdefault("teach_revealed", set())
+
+
+def sidebar_model(spec: str) -> dict[str, str]:
+    """The step viewer sidebar's settings that name ``spec``: ``sample:NAME`` of a known sample
+    as the sample picked, any other spec in the factory box."""
+    from optimus_lens import sample_models
+
+    name = spec.removeprefix("sample:")
+    if spec.startswith("sample:") or ":" not in spec:
+        if name in sample_models.names():
+            return {"source_kind": SAMPLE, "sample": name}
+    return {"source_kind": FACTORY, "factory": spec}
+
+
+def show_model(state: MutableMapping, spec: str) -> None:
+    """Make the step viewer's sidebar name ``spec`` (see :func:`sidebar_model`): for a button
+    callback on another page (the Lab, the Sweep page), before the sidebar is drawn."""
+    for k, v in sidebar_model(spec).items():
+        state[k] = v
 
 
 def go_to(state: MutableMapping, page: str) -> None:
@@ -79,6 +216,10 @@ def error_message(exc: BaseException) -> tuple[str, str]:
             f"Pattern {exc.pattern} (pass {exc.pass_name}) raised",
             f"at {', '.join(exc.site[:8]) or 'no site'}: {type(exc.cause).__name__}: {exc.cause}",
         )
+    from optimus_lens.debug.why import WhyError
+
+    if isinstance(exc, WhyError):
+        return "Why-not cannot answer", str(exc)
     if isinstance(exc, TraceFormatError):
         return "Not a usable trace file", str(exc)
     if isinstance(exc, KeyError):
@@ -102,6 +243,18 @@ def set_trace(state: MutableMapping, trace: Trace, spec: str | None, source: str
     state["cur_step"] = 1 if trace.steps else 0
     state["bench"] = None
     state["error"] = None
+
+
+def includes_pattern(state: MutableMapping, trace: Trace | None = None) -> dict | None:
+    """The carried ``pattern`` when ``trace`` (default: the one on screen) ran its pass, else None."""
+    from optimus_lens.app.lab_runner import pass_name
+
+    trace = trace if trace is not None else state.get("trace")
+    pattern = state.get("pattern")
+    if trace is None or pattern is None:
+        return None
+    name = pass_name(pattern["name"])
+    return pattern if any(p["name"] == name and p.get("enabled", True) for p in trace.passes) else None
 
 
 def accept_upload(state: MutableMapping, name: str, data: bytes, known_samples: list[str] = ()) -> bool:

@@ -11,14 +11,13 @@ pictures :mod:`optimus_lens.app.step_pictures`.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import pandas as pd
 import streamlit as st
 
 from optimus_lens import sample_models, viz
-from optimus_lens.app import compare_view, debug, inspector, presentation, toggles, upstream, why_panel
+from optimus_lens.app import compare_view, debug, inspector, lab_runner, presentation, toggles, upstream, why_panel
 from optimus_lens.app import modules as app_modules
 from optimus_lens.app import state as S
 from optimus_lens.app.graphclick import on_pick
@@ -29,7 +28,7 @@ from optimus_lens.app.view_controls import navigator, view_bar
 from optimus_lens.passes import pass_catalogue
 from optimus_lens.viz.palette import STANDARD
 
-SOURCES = ("Sample model", "Python factory", "Trace file")
+SOURCES = (S.SAMPLE, S.FACTORY, S.TRACE_FILE)
 VERIFY_HELP = {
     "step": "check the graph after every step (slowest; pinpoints a failing step)",
     "end": "check once after the whole pipeline",
@@ -57,33 +56,33 @@ ss = st.session_state  # a proxy: every call reads the session of the run it is 
 
 # ============================================================================ sidebar
 def sidebar() -> tuple[str | None, bool]:
-    """Draw the controls; returns (the spec to run, whether Run was pressed)."""
+    """Draw the controls; returns (the spec to run, whether Run was pressed). Every control
+    keeps its value across page switches (``persist_state``; first values in
+    :func:`optimus_lens.app.state.init`)."""
     with st.sidebar:
         st.title("Optimus Lens")
         st.caption("Optimus pre-grad batch fusions and split/cat cleanups, one match at a time.")
-        source = st.radio("Model source", SOURCES, key="source_kind")
+        source = st.radio("Model source", SOURCES, key="source_kind", persist_state=S.KEEP)
         spec = None
-        if source == "Sample model":
+        if source == S.SAMPLE:
             names = sample_models.names()
-            first = os.environ.get(S.MODEL_ENV, "").removeprefix("sample:")
-            name = st.selectbox(
-                "Sample model",
-                names,
-                index=names.index(first if first in names else sample_models.DEFAULT),
-                key="sample",
-            )
+            if ss.get("sample") not in names:
+                ss["sample"] = sample_models.DEFAULT
+            name = st.selectbox("Sample model", names, key="sample", persist_state=S.KEEP)
             entry = sample_models.get_entry(name)
             st.caption(f"**{entry.kind}** — {entry.description}")
             spec = f"sample:{name}"
-        elif source == "Python factory":
+        elif source == S.FACTORY:
             spec = (
                 st.text_input(
                     "Factory",
                     key="factory",
+                    persist_state=S.KEEP,
                     placeholder="package.module:factory",
-                    help="A callable returning (nn.Module, example_inputs): package.module:factory "
-                    "or path/to/file.py:factory, resolved from the current directory; or a "
-                    "path/to/model.pt2 saved by torch.export.save.",
+                    help="Any model spec `optimus run` takes: package.module:factory or "
+                    "path/to/file.py:factory (a callable returning (nn.Module, example_inputs)), resolved "
+                    "from the current directory; path/to/model.pt2 saved by torch.export.save; hf:NAME; "
+                    "sample:NAME.",
                 ).strip()
                 or None
             )
@@ -95,27 +94,29 @@ def sidebar() -> tuple[str | None, bool]:
                 ss.upload_id = up.file_id
                 S.accept_upload(ss, up.name, up.getvalue(), sample_models.names())
 
-        toggles.pass_panel(pipeline())
+        toggles.pass_panel(pipeline(), ss.get("pattern"))
         with st.expander(
             f"Checks: verify {VERIFY_LABEL[ss.get('verify', 'end')]}; {ss.get('capture_method', 'dynamo')} capture"
         ):
             st.radio(
                 "Verify",
                 ("step", "end", "off"),
-                index=1,
                 key="verify",
+                persist_state=S.KEEP,
                 format_func=VERIFY_LABEL.get,
                 help="; ".join(f"{k}: {v}" for k, v in VERIFY_HELP.items()),
             )
             st.checkbox(
                 "Compare gradients too",
                 key="grads",
+                persist_state=S.KEEP,
                 help="Training-mode check: also compare input gradients after a backward pass.",
             )
             st.selectbox(
                 "Capture method",
                 ("dynamo", "symbolic"),
                 key="capture_method",
+                persist_state=S.KEEP,
                 help="dynamo: the graph torch.compile hands a backend (what upstream pre_grad_passes "
                 "see). symbolic: torch.fx symbolic tracing.",
             )
@@ -126,7 +127,28 @@ def sidebar() -> tuple[str | None, bool]:
             disabled=spec is None,
             help=None if spec else "Pick a sample model or enter a factory to run.",
         )
+        if spec:
+            st.caption(run_plan(spec))
     return spec, run
+
+
+def run_plan(spec: str) -> str:
+    """One line under Run naming exactly what it runs: the model spec, the passes, the checks."""
+    source, selected = toggles.selection(ss, pipeline(), ss.get("pattern"))
+    n = len(selected)
+    which = (
+        f"PyTorch Inductor pre-grad pass{'es' if n != 1 else ''}"
+        if source == toggles.INDUCTOR
+        else (f"pass{'es' if n != 1 else ''}")
+    )
+    pattern = ss.get("pattern")
+    mine = ""
+    if pattern is not None and source != toggles.INDUCTOR and ss.get(toggles.USE_PATTERN, True):
+        mine = f" (the last: your pattern {lab_runner.pass_name(pattern['name'])}, in a separate process)"
+    return (
+        f"Runs `{spec}` — {n} {which}{mine}, verify {VERIFY_LABEL[ss.get('verify', 'end')]}, "
+        f"{ss.get('capture_method', 'dynamo')} capture."
+    )
 
 
 def enabled_passes() -> list[str]:
@@ -178,6 +200,38 @@ def run_spec(spec: str, graph_index: int | None = None) -> None:
     S.set_trace(ss, res.trace, spec, f"run of {spec} (verify {ss.verify}, capture {ss.capture_method})")
 
 
+def run_with_pattern(spec: str, passes: list[str], pattern: dict, graph_index: int | None = None) -> None:
+    """Run ``spec`` with ``passes``, the carried Pattern Lab ``pattern`` among them, in a child
+    ``optimus run --pattern-file`` process (:func:`optimus_lens.app.lab_runner.apply`: the
+    user's code never runs in the app's process); on failure keep the old trace and record the
+    error."""
+    name = lab_runner.pass_name(pattern["name"])
+    with st.status(f"Running {spec} with your pattern {name} in a separate process …", expanded=False) as status:
+        r = lab_runner.apply(
+            spec,
+            pattern["source"],
+            pattern["name"],
+            verify=ss.verify,
+            passes=passes,
+            capture=ss.capture_method,
+            grads=ss.grads,
+            graph_index=graph_index,
+            time_limit_s=ss.get("lab_time_limit", lab_runner.TIME_LIMIT_S),
+        )
+        if r.trace is None:
+            ss.error = r.error or ("Run failed", r.log[-2000:])
+            status.update(label=f"Failed: {ss.error[0]}", state="error")
+            return
+        status.update(label=f"Done: {len(r.trace.steps)} steps in {r.seconds:.1f} s", state="complete")
+    S.set_trace(
+        ss,
+        r.trace,
+        spec,
+        f"run of {spec} with your pattern {name}.py (verify {ss.verify}, capture {ss.capture_method}, "
+        "in a separate process)",
+    )
+
+
 # ============================================================================ main area
 def header(trace) -> None:
     s = viz.trace_summary(trace)
@@ -215,7 +269,11 @@ def graph_breaks(trace) -> None:
         format_func=lambda i: f"graph {i + 1}" + (f" ({sizes[i]} nodes)" if i < len(sizes) else ""),
     )
     if cols[1].button("Re-run on this graph", disabled=ss.spec is None):
-        run_spec(ss.spec, graph_index=pick)
+        pattern = S.includes_pattern(ss, trace)
+        if pattern is not None:
+            run_with_pattern(ss.spec, toggles.trace_passes(trace), pattern, graph_index=pick)
+        else:
+            run_spec(ss.spec, graph_index=pick)
         st.rerun()
 
 
@@ -224,7 +282,13 @@ def step_details(trace, cur: int) -> None:
     info = _catalogue().get(step.pattern, {})
     st.markdown(f"#### Step {cur}: `{step.pattern}` — pass `{step.pass_name}`")
     v = step.verify
-    if v is not None and v.ok is False:
+    origin = trace.inherited_failures().get(cur)
+    if origin is not None:  # one story per failure (Trace.failure_runs): not a defect of its own
+        st.warning(
+            f"Verification fails after this step only because step {origin} broke the graph and no step "
+            f"since repaired it ({viz.verify_text(v)}); step {origin} is the defect."
+        )
+    elif v is not None and v.ok is False:
         st.error(f"Verification failed after this step: {viz.verify_text(v)}")
     elif v is not None and v.ok:
         st.success(f"Verified: {viz.verify_text(v)}")
@@ -275,9 +339,11 @@ def page() -> None:
     if run and spec:
         ss.report = None
         before, old = toggles.place(ss), ss.trace
-        source, selected = toggles.selection(ss, pipeline())
+        source, selected = toggles.selection(ss, pipeline(), ss.get("pattern"))
         if source == toggles.INDUCTOR:
             upstream.run_upstream(ss, spec, selected, ss.capture_method)
+        elif ss.get("pattern") is not None and ss.get(toggles.USE_PATTERN, True):
+            run_with_pattern(spec, selected, ss.pattern)
         else:
             run_spec(spec)
         if ss.trace is not old:

@@ -5,7 +5,6 @@ table's records are :func:`optimus_lens.viz.sweep_summary.table_row`."""
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -33,6 +32,8 @@ def open_run(state, out_dir: str, row: dict, which: str = "trace") -> None:
     spec = row["model"] if row["model"].startswith(("sample:", "hf:")) else None
     what = "upstream passes" if which == "upstream_trace" else f"config {row['config']}"
     S.set_trace(state, trace, spec, f"sweep {Path(out_dir).name}: {row['model']}, {what}")
+    if spec is not None:
+        S.show_model(state, spec)  # the sidebar names the model on screen
     S.go_to(state, S.VIEWER)
 
 
@@ -88,8 +89,8 @@ def page() -> None:
     st.subheader("Sweep")
     out_dir = st.text_input(
         "Sweep directory",
-        value=os.environ.get(S.SWEEP_ENV, ""),
         key="sweep_dir",
+        persist_state=S.KEEP,
         placeholder="the --out DIR of optimus sweep",
         help="A directory written by `optimus sweep ... --out DIR` (results.jsonl, traces/, "
         "reports/, summary.html). `optimus app --sweep DIR` opens it here.",
@@ -116,9 +117,9 @@ def page() -> None:
             else None,
         )
     f = st.columns(2)
-    statuses = f[0].multiselect("Status", sorted(counts, key=str), key="sweep_status")
+    statuses = f[0].multiselect("Status", sorted(counts, key=str), key="sweep_status", persist_state=S.KEEP)
     names = sorted({r["config"] for r in rows})
-    chosen = f[1].multiselect("Config", names, key="sweep_config")
+    chosen = f[1].multiselect("Config", names, key="sweep_config", persist_state=S.KEEP)
     shown = [r for r in rows if (not statuses or r.get("status") in statuses) and (not chosen or r["config"] in chosen)]
     st.dataframe(pd.DataFrame([table_row(r) for r in shown]), hide_index=True, width="stretch")
     if configs:

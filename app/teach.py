@@ -7,7 +7,8 @@ whose answer is what ``optimus why`` says. With ``st.session_state["presentation
 True the text and the drawings are larger. The same lesson, as an offline file, is
 offered for download (``optimus lesson``).
 
-Session-state keys (all prefixed ``teach_``): ``teach_pattern``, ``teach_search``
+Session-state keys (all prefixed ``teach_``, first values in :func:`optimus_lens.app.state.init`;
+the widgets' kept across page switches): ``teach_pattern``, ``teach_search``
 ("global" / "upstream"), ``teach_slide`` (0-based), ``teach_frame`` and
 ``teach_dep_frame`` (1-based slider positions), ``teach_revealed`` (patterns whose
 exercise answer is shown).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import streamlit as st
 
 from optimus_lens import viz
+from optimus_lens.app import state as S
 from optimus_lens.passes import pattern_named
 from optimus_lens.teach.lookup import predefined
 from optimus_lens.teach.walk import walkthrough
@@ -45,19 +47,6 @@ def _pictures(pattern: str, search: str) -> LessonPictures:
     return lesson_pictures(_walk(pattern, search))
 
 
-def init(state) -> None:
-    defaults = {
-        "teach_pattern": predefined()[0],
-        "teach_search": "global",
-        "teach_slide": 0,
-        "teach_frame": 1,
-        "teach_dep_frame": 1,
-        "teach_revealed": set(),
-    }
-    for k, v in defaults.items():
-        state.setdefault(k, v)
-
-
 def _scale(state) -> float:
     return PRESENTATION_SCALE if state.get("presentation") else 1.0
 
@@ -82,12 +71,14 @@ def _esc(text: str) -> str:
 
 def _frames(search, pics: list[Picture], key: str, scale: float, pic_col) -> None:
     n = len(search.frames)
+    st.session_state[key] = min(max(int(st.session_state.get(key, 1)), 1), max(n, 1))
     k = (
         st.slider(
             "Search frame",
             1,
             n,
             key=key,
+            persist_state=S.KEEP,
             help="scrub the search: candidates, key classes, independent layers or depth rings, groups",
         )
         if n > 1
@@ -99,15 +90,24 @@ def _frames(search, pics: list[Picture], key: str, scale: float, pic_col) -> Non
         _show([pics[k - 1]], scale, GRAPH_HEIGHT)
 
 
+def move_slide(state, n: int, delta: int) -> None:
+    """Move ``teach_slide`` ``delta`` slides, stopping at the first and the last of ``n``."""
+    state["teach_slide"] = max(0, min(n - 1, state.get("teach_slide", 0) + delta))
+
+
 def nav(state, n: int) -> None:
-    """Previous / Next and where we are."""
-    c1, c2, c3 = st.columns([1, 1, 5])
-    if c1.button("← Previous", key="teach_prev", disabled=state["teach_slide"] <= 0, width="stretch"):
-        state["teach_slide"] -= 1
-    if c2.button("Next →", key="teach_next", disabled=state["teach_slide"] >= n - 1, width="stretch"):
-        state["teach_slide"] += 1
+    """Previous / Next and where we are. The buttons move the slide in their callbacks, before
+    the page is drawn, so each is disabled exactly at its end (Next on the last slide)."""
     state["teach_slide"] = max(0, min(n - 1, state["teach_slide"]))
-    c3.progress((state["teach_slide"] + 1) / n, text=f"slide {state['teach_slide'] + 1} / {n}")
+    at = state["teach_slide"]
+    c1, c2, c3 = st.columns([1, 1, 5])
+    c1.button(
+        "← Previous", key="teach_prev", disabled=at <= 0, width="stretch", on_click=move_slide, args=(state, n, -1)
+    )
+    c2.button(
+        "Next →", key="teach_next", disabled=at >= n - 1, width="stretch", on_click=move_slide, args=(state, n, 1)
+    )
+    c3.progress((at + 1) / n, text=f"slide {at + 1} / {n}")
 
 
 def _on_search() -> None:
@@ -123,7 +123,7 @@ def _on_pattern() -> None:
 def page() -> None:
     """The Teach page (see the module docstring)."""
     state = st.session_state
-    init(state)
+    S.init(state)
     scale = _scale(state)
     names = predefined()
     c1, c2, c3 = st.columns([3, 2, 2])
@@ -131,6 +131,7 @@ def page() -> None:
         "Pattern",
         names,
         key="teach_pattern",
+        persist_state=S.KEEP,
         on_change=_on_pattern,
         format_func=lambda n: f"{n} — {pattern_named(n).description}",
     )
@@ -139,6 +140,7 @@ def page() -> None:
         "Search",
         ["global", "upstream"],
         key="teach_search",
+        persist_state=S.KEEP,
         horizontal=True,
         disabled=not is_batch,
         on_change=_on_search,

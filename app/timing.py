@@ -81,31 +81,66 @@ def timing_panel(trace, ss: MutableMapping) -> None:
     if ss.get("spec") is None:
         st.caption("Timing needs the model: this trace came from a file whose model is not a sample here.")
         return
-    c = st.columns([1, 1, 1, 1, 1, 2], vertical_alignment="bottom")
-    repeats = c[0].number_input("Repeats", 3, 200, 20, key="repeats")
+    if S.includes_pattern(ss, trace) is not None:
+        c = st.columns([4, 1], vertical_alignment="center")
+        c[0].caption(
+            "This trace runs your pattern from the Pattern Lab, whose code runs only in a separate process: "
+            "time it there with **Time it** (one thread, thread CPU time, stages interleaved)."
+        )
+        c[1].button("Time it in the Pattern Lab", key="bench_in_lab", on_click=S.go_to, args=(ss, S.LAB))
+        return
+    c = st.columns([0.9, 1.2, 1.5, 1.5, 1.3, 1.9], vertical_alignment="bottom")  # every label whole at 1280 px
+    repeats = c[0].number_input("Repeats", 3, 200, key="repeats", persist_state=S.KEEP)
     mode = c[1].selectbox(
-        "Mode", MODES, key="bench_mode", help="inference: no_grad, weights pre-packed; training: forward + backward"
+        "Mode",
+        MODES,
+        key="bench_mode",
+        persist_state=S.KEEP,
+        help="inference: no_grad, weights pre-packed; training: forward + backward",
     )
     compile = c[2].checkbox(
         "torch.compile",
         key="bench_compile",
+        persist_state=S.KEEP,
         help="also time each stage under Inductor (compiling takes seconds per stage)",
     )
     upstream = c[3].checkbox(
-        "vs upstream", key="bench_upstream", help="add PyTorch's own pre-grad passes with the equivalent options"
+        "vs upstream",
+        key="bench_upstream",
+        persist_state=S.KEEP,
+        help="add PyTorch's own pre-grad passes with the equivalent options",
     )
     one_thread = c[4].checkbox(
         "1 thread",
         key="bench_one_thread",
-        help="torch.set_num_threads(1) for the run: steadier figures on a shared machine",
+        persist_state=S.KEEP,
+        help="torch.set_num_threads(1), timed by the thread's CPU time: on CPU the default, because its "
+        "p10-p90 spread is tight where torch's thread pool on wall clock is noise-dominated on a shared "
+        "machine. Untick to time with torch's default threads on wall clock.",
     )
-    if c[5].button("Measure per-pass timing", key="bench_btn"):
+    if c[5].button("Measure timing", key="bench_btn", width="stretch", help="per pass, with memory"):
         _measure(trace, ss, int(repeats), mode, compile, upstream, one_thread)
     b = ss.get("bench")
     if b is None:
         st.caption(
             "Times the baseline graph and the graph after each pass that made a step, round-robin in one "
-            "run: CUDA events on a GPU, wall clock on CPU; median with p10–p90."
+            f"run, median with p10–p90: {timer_text(one_thread)}."
         )
         return
     show_result(b)
+
+
+def timer_text(one_thread: bool) -> str:
+    """How the next measurement will be timed, as the panel says it: CUDA events on a GPU; on
+    CPU one thread timed by its CPU time (the default: the tight spread) or torch's threads on
+    wall clock."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "CUDA events on the GPU"
+    if one_thread:
+        return (
+            "on CPU one thread, timed by the thread's CPU time — the default here, because its spread "
+            "is tight (torch's thread pool on wall clock is noise-dominated on a shared machine)"
+        )
+    return "on CPU torch's default threads on wall clock — expect a wide spread; tick 1 thread for a tight one"

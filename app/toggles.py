@@ -68,51 +68,85 @@ def keep_place(state: MutableMapping, before: tuple[str | None, int]) -> None:
         state["pass_filter"] = "all passes"
 
 
-def selection(state: MutableMapping, pipeline) -> tuple[str, list[str]]:
-    """(pass source, selected pass names) as the pass panel's widgets left them."""
+USE_PATTERN = "use_pattern"  # the carried Pattern Lab pattern's toggle (first value True)
+
+
+def selection(state: MutableMapping, pipeline, pattern: dict | None = None) -> tuple[str, list[str]]:
+    """(pass source, selected pass names) as the pass panel's widgets left them; with a
+    ``pattern`` carried from the Pattern Lab (``{"name", "source"}``) and its toggle on, its
+    pass (:func:`optimus_lens.app.lab_runner.pass_name`) is the last one selected."""
+    from optimus_lens.app.lab_runner import pass_name
     from optimus_lens.inductor.observe import default_options
 
     source = state.get("pass_source", OURS)
     if source == INDUCTOR:
         return source, list(state.get("upstream_passes", default_options()))
-    return source, [p.name for p in pipeline.passes if state.get(f"pass:{p.name}", True)]
+    names = [p.name for p in pipeline.passes if state.get(f"pass:{p.name}", True)]
+    if pattern is not None and state.get(USE_PATTERN, True):
+        names.append(pass_name(pattern["name"]))
+    return source, names
 
 
-def pass_panel(pipeline) -> tuple[str, list[str]]:
-    """The sidebar's pass panel: pass source, then one checkbox per pass of ours or a
-    multiselect of upstream's pass names. Its label never changes, so toggling a pass
-    keeps it open. Returns (source, selected pass names)."""
+def pass_panel(pipeline, pattern: dict | None = None) -> tuple[str, list[str]]:
+    """The sidebar's pass panel: pass source, then one checkbox per pass of ours (and one for
+    a ``pattern`` carried from the Pattern Lab) or a multiselect of upstream's pass names. Its
+    label never changes, so toggling a pass keeps it open; every toggle keeps its value across
+    page switches. Returns (source, selected pass names)."""
+    from optimus_lens.app.lab_runner import pass_name
+    from optimus_lens.app.state import KEEP
     from optimus_lens.inductor.observe import default_options, known_pre_grad_passes
 
+    state = st.session_state
     with st.expander("Passes", key="passes_panel"):
         source = st.radio(
             "Which passes",
             (OURS, INDUCTOR),
             key="pass_source",
+            persist_state=KEEP,
             help="Ours: the Optimus Lens pipeline. Inductor: PyTorch's own pre_grad_passes with "
             "these pre_grad_fusion_options, one recorded and verified step per upstream rewrite.",
         )
         if source == INDUCTOR:
+            state.setdefault("upstream_passes", list(default_options()))
             st.multiselect(
-                "pre_grad_fusion_options",
-                known_pre_grad_passes(),
-                default=list(default_options()),
-                key="upstream_passes",
+                "pre_grad_fusion_options", known_pre_grad_passes(), key="upstream_passes", persist_state=KEEP
             )
         else:
             for p in pipeline.passes:
-                st.checkbox(p.name, value=True, key=f"pass:{p.name}", help=p.description)
-        source, selected = selection(st.session_state, pipeline)
-        total = len(known_pre_grad_passes()) if source == INDUCTOR else len(pipeline.passes)
-        st.caption(f"{len(selected)} of {total} on")
+                state.setdefault(f"pass:{p.name}", True)
+                st.checkbox(p.name, key=f"pass:{p.name}", persist_state=KEEP, help=p.description)
+            if pattern is not None:
+                state.setdefault(USE_PATTERN, True)
+                st.checkbox(
+                    f"{pass_name(pattern['name'])} (your pattern, from the Pattern Lab)",
+                    key=USE_PATTERN,
+                    persist_state=KEEP,
+                    help="Run your pattern file as the last pass. Its code runs in a separate `optimus` "
+                    "process with the Lab's time limit, never in the app's own.",
+                )
+        source, selected = selection(state, pipeline, pattern)
+        st.caption(panel_count(source, selected, pipeline, pattern))
     return source, selected
+
+
+def panel_count(source: str, selected: list[str], pipeline, pattern: dict | None = None) -> str:
+    """The pass panel's count, naming whose passes it counts: "19 of 24 upstream
+    pre_grad_fusion_options on" or "22 of 24 Optimus Lens passes on" (+ the carried pattern)."""
+    from optimus_lens.inductor.observe import known_pre_grad_passes
+
+    if source == INDUCTOR:
+        return f"{len(selected)} of {len(known_pre_grad_passes())} upstream pre_grad_fusion_options on"
+    ours = [p.name for p in pipeline.passes]
+    on = sum(1 for n in selected if n in ours)
+    extra = " + your pattern" if len(selected) > on else ""
+    return f"{on} of {len(ours)} Optimus Lens passes on{extra}"
 
 
 def stale_marker(state: MutableMapping, pipeline) -> None:
     """A warning above the trace while the pass selection differs from the trace's; not
     for a trace from a file whose model cannot be run again here (``spec`` None)."""
     trace = state.get("trace")
-    if state.get("spec") is not None and is_stale(trace, *selection(state, pipeline)):
+    if state.get("spec") is not None and is_stale(trace, *selection(state, pipeline, state.get("pattern"))):
         st.warning(
             f"**{STALE}** — the view shows the last run ({', '.join(trace_passes(trace)[:6])}"
             f"{' ...' if len(trace_passes(trace)) > 6 else ''}).",

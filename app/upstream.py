@@ -38,21 +38,16 @@ def run_upstream(
 
 
 def defects(trace) -> None:
-    """For an observed upstream trace, name every step that fails verification as an
-    upstream defect."""
+    """For an observed upstream trace, name every step that fails verification of its own as an
+    upstream defect, and the later steps that only inherit its failure
+    (:meth:`optimus_lens.core.trace.Trace.failure_runs`, the one source)."""
+    from optimus_lens.debug.compare import inherited_text
+
     if not trace.capture.get("upstream"):
         return
     for s, inherited in trace.failure_runs():
         msg = s.verify.message.splitlines()[0] if s.verify and s.verify.message else ""
-        later = (
-            (
-                f"\n\nStep{'s' if len(inherited) > 1 else ''} {', '.join(str(x.index) for x in inherited)} "
-                f"fail{'' if len(inherited) > 1 else 's'} the same way only because the graph is still broken "
-                f"from step {s.index}."
-            )
-            if inherited
-            else ""
-        )
+        later = f"\n\n{inherited_text([x.index for x in inherited], s.index, sentence=True)}" if inherited else ""
         st.error(
             f"**Upstream defect** — step {s.index} ({s.pass_name} / {s.pattern}) changes what the graph "
             f"computes: {msg}{later}"

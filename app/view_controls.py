@@ -43,12 +43,16 @@ def navigator(trace) -> tuple[int, str | None, str]:
     else:
         passes_with_steps = list(dict.fromkeys(s.pass_name for s in trace.steps))
         c = st.columns([2, 2.2, 5, 1.3, 1.1], vertical_alignment="bottom")
-        pf = c[0].selectbox("Pass", ["all passes", *passes_with_steps], key="pass_filter")
+        choices = ["all passes", *passes_with_steps]
+        if ss.get("pass_filter") not in choices:  # a pass the trace on screen has no step of
+            ss["pass_filter"] = "all passes"
+        pf = c[0].selectbox("Pass", choices, key="pass_filter", persist_state=S.KEEP)
         pass_filter = None if pf == "all passes" else pf
         mode = c[1].radio(
             "View",
             ("Step", "Whole pass"),
             key="view_mode",
+            persist_state=S.KEEP,
             horizontal=True,
             disabled=pass_filter is None,
             help="Whole pass: before its first step / after its last, "
@@ -100,6 +104,7 @@ def view_bar(n_nodes: int, model: str | None) -> tuple[Screen, viz.ViewOptions]:
         "Picture",
         PICTURES,
         key="picture",
+        persist_state=S.KEEP,
         horizontal=True,
         help="Side by side: before | after on one layout, zoomed and panned together. Diff: one "
         "picture — erased nodes ghosted, created ones marked, a dashed arrow from each "
@@ -108,7 +113,12 @@ def view_bar(n_nodes: int, model: str | None) -> tuple[Screen, viz.ViewOptions]:
     presentation.switch(ss, c[2])
     present = presentation.is_on(ss)
     size = c[1].select_slider(
-        "Text size", list(TEXT_SIZES), value="normal", key="text_size", disabled=present, help="Kept from step to step."
+        "Text size",
+        list(TEXT_SIZES),
+        key="text_size",
+        persist_state=S.KEEP,
+        disabled=present,
+        help="Kept from step to step.",
     )
     with c[3].popover("View options", width="stretch"):
         opts, height = graph_options(n_nodes)
@@ -127,52 +137,57 @@ def graph_options(n_nodes: int) -> tuple[viz.ViewOptions, int]:
         "Neighbourhood hops",
         0,
         8,
-        viz.HOPS,
         key="hops",
+        persist_state=S.KEEP,
         help=f"Graphs with more than {viz.MAX_NODES} drawn nodes show only the pattern "
         "sites, created and erased nodes and this many hops around them.",
     )
     fold = st.checkbox(
         "Fold parameters",
-        value=True,
         key="fold_params",
+        persist_state=S.KEEP,
         help="Leave lifted parameter placeholders out; their users say '+N params'.",
     )
     parallel = st.selectbox(
         "Fold parallel copies",
         tuple(FOLD_PARALLEL),
         key="fold_parallel",
+        persist_state=S.KEEP,
         help=f"Draw k parallel copies of the same computation (towers, heads, the sites of "
         f"one fusion) once, with '… ×k'. auto: above {viz.FOLD_ABOVE} drawn nodes.",
     )
     clusters = st.checkbox(
-        "Module boxes", value=True, key="clusters", help="Box the nodes of one module (from nn_module_stack) together."
+        "Module boxes",
+        key="clusters",
+        persist_state=S.KEEP,
+        help="Box the nodes of one module (from nn_module_stack) together.",
     )
     modules = st.selectbox(
         "Fold modules",
         tuple(app_modules.MODES),
         key="fold_modules",
+        persist_state=S.KEEP,
         help="Draw each module the step did not touch (from nn_module_stack; the outermost one "
         f"that is closed) as one node with its node count. auto: above {viz.MODULES_ABOVE} "
         "drawable nodes. Open one by clicking it or under 'Unfolded modules'.",
     )
     keep = st.checkbox(
         "Keep positions across steps",
-        value=True,
         key="keep_positions",
+        persist_state=S.KEEP,
         help=f"Small traces (up to {viz.STABLE_MAX} distinct nodes): one layout for every "
         "step, so scrubbing moves only what changed. Off: each step's before and after get "
         "their own, tighter layout.",
     )
     full = st.checkbox(
         "Whole graph",
-        value=False,
         key="full",
+        persist_state=S.KEEP,
         disabled=n_nodes > FULL_VIEW_LIMIT,
         help=f"Draw every node (offered up to {FULL_VIEW_LIMIT:,} nodes; layout is bounded "
         f"to {viz.LAYOUT_BUDGET_S:g} s, then a simpler layered layout is used).",
     )
-    height = st.number_input("Graph height (px)", 300, 2000, 560, step=20, key="graph_height")
+    height = st.number_input("Graph height (px)", 300, 2000, step=20, key="graph_height", persist_state=S.KEEP)
     opts = viz.ViewOptions(
         hops=int(hops),
         fold_params=fold,

@@ -11,6 +11,7 @@ from collections.abc import MutableMapping
 import pandas as pd
 import streamlit as st
 
+from optimus_lens.app import state as S
 from optimus_lens.core.trace import Trace
 
 PANEL, AT, NODE, DRAW = "why_panel", "why_at", "why_node", "why_draw"
@@ -44,6 +45,58 @@ def dry_run(state: MutableMapping, trace: Trace, step: int):
     if isinstance(got, Exception):
         raise got
     return got
+
+
+def pattern_answer(state: MutableMapping, trace: Trace, step: int, name: str, pattern: dict):
+    """(WhyReport, how) for node ``name`` of the graph before ``step`` of a trace that ran the
+    user ``pattern`` carried from the Pattern Lab: the dry run with the trace's own passes, the
+    user's among them, in a child ``optimus why`` process
+    (:func:`optimus_lens.app.lab_runner.why`: the user's code never runs in the app's process),
+    memoised per trace, step and node. Raises WhyError with the child's message."""
+    from optimus_lens.app import lab_runner
+    from optimus_lens.app.toggles import trace_passes
+    from optimus_lens.debug.why import WhyError
+
+    runs = state.setdefault(RUNS, {})
+    key = (id(trace), step, name, "pattern")
+    if key not in runs:
+        if len(runs) >= KEEP:
+            runs.pop(next(iter(runs)))
+        cap = trace.capture or {}
+        r = lab_runner.why(
+            state["spec"],
+            pattern["source"],
+            pattern["name"],
+            name,
+            step=step,
+            passes=trace_passes(trace),
+            capture=cap.get("method", "dynamo"),
+            graph_index=cap.get("graph_index"),
+            time_limit_s=state.get("lab_time_limit", lab_runner.TIME_LIMIT_S),
+        )
+        runs[key] = (
+            (
+                r.extra["why"],
+                f"a dry run of the trace's passes, your pattern {pattern['name']} included, on {state['spec']}",
+            )
+            if r.ok
+            else WhyError(f"{r.error[0]}: {r.error[1]}")
+        )
+    got = runs[key]
+    if isinstance(got, Exception):
+        raise got
+    return got
+
+
+def answer(state: MutableMapping, trace: Trace, step: int, name: str):
+    """(WhyReport, how): every pattern's answer for ``name`` before ``step`` — with the carried
+    Pattern Lab pattern when the trace ran it (:func:`pattern_answer`), else from
+    :func:`dry_run`."""
+    pattern = S.includes_pattern(state, trace)
+    if pattern is not None and state.get("spec"):
+        return pattern_answer(state, trace, step, name, pattern)
+    dry, how = dry_run(state, trace, step)
+    return dry.explain(name), how
 
 
 def verdict_rows(report) -> pd.DataFrame:
@@ -82,6 +135,7 @@ def why_panel(state: MutableMapping, trace: Trace, cur: int) -> None:
             "Graph",
             ("before", "final"),
             key=AT,
+            persist_state=S.KEEP,
             horizontal=True,
             format_func=lambda x: f"before step {cur}" if x == "before" else f"final (after step {n})",
         )
@@ -93,6 +147,7 @@ def why_panel(state: MutableMapping, trace: Trace, cur: int) -> None:
             .text_input(
                 "Node",
                 key=NODE,
+                persist_state=S.KEEP,
                 placeholder=selected or "an FX node name",
                 help="Empty: the node selected in the view or the inspector.",
             )
@@ -110,11 +165,8 @@ def why_panel(state: MutableMapping, trace: Trace, cur: int) -> None:
             return
         with st.spinner("Running the pipeline dry (capture, then the same search the engine runs) …"):
             try:
-                dry, how = dry_run(state, trace, step)
-                report = dry.explain(name)
+                report, how = answer(state, trace, step, name)
             except Exception as e:  # noqa: BLE001 - bad input or a model that no longer loads: said, nothing lost
-                from optimus_lens.app import state as S
-
                 title, msg = S.error_message(e)
                 st.error(f"**Why-not is not available here — {title}**: {msg}")
                 return
@@ -124,9 +176,8 @@ def why_panel(state: MutableMapping, trace: Trace, cur: int) -> None:
             st.success(f"**{v.pattern}** applies here: {v.text}")
         if not applies:
             st.info("No pattern applies at this node; the first failed condition of each is below.")
-        st.dataframe(
-            verdict_rows(report), hide_index=True, width="stretch", height=min(420, 38 + 35 * len(report.verdicts))
-        )
+        # a static table wraps each answer in full (a data grid cuts long answers off)
+        st.table(verdict_rows(report), hide_index=True, height="content" if len(report.verdicts) <= 10 else 460)
         near = [v for v in report.verdicts if not v.applies and v.partial]
         if near:
             cols = st.columns([3, 1, 1], vertical_alignment="bottom")

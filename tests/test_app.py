@@ -240,7 +240,9 @@ def test_per_pass_timing_shows_method_figures_and_table(ran):
     assert not ran.exception
     b = ran.session_state.bench
     assert b is not None and b.stages[0].stage == "baseline"
-    assert any("wall clock" in i.value or "CUDA events" in i.value for i in ran.info)
+    # on CPU the default is the tight-spread mode: one thread, timed by the thread's CPU time
+    assert b.method == ("cuda-events" if torch.cuda.is_available() else "thread-cpu-time")
+    assert any("thread's CPU time" in i.value or "CUDA events" in i.value for i in ran.info)
     assert len(ran.get("plotly_chart")) == 3  # node count, speedup, memory
 
 

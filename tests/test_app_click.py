@@ -99,7 +99,7 @@ def test_after_a_click_the_inspector_shows_the_node_and_every_view_outlines_it_a
 
 
 def why_rows(at) -> dict[str, tuple[str, str]]:
-    table = next(d.value for d in at.dataframe if "answer" in d.value.columns)
+    table = next(d.value for d in at.table if "answer" in d.value.columns)  # a static table: answers wrap
     return {r.pattern: (r.applies, r.answer) for r in table.itertuples()}
 
 

@@ -40,6 +40,8 @@ def test_teach_page_walks_a_batch_pattern_slide_by_slide():
     for _ in range(4):
         at = _press(at, "teach_next")
     assert "Exercise: why not?" in _texts(at)
+    assert "slide 7 / 7" in " ".join(p.proto.text for p in at.get("progress"))  # the last slide
+    assert next(b for b in at.button if b.key == "teach_next").disabled is True  # Next stops there
     assert "mutually independent" not in " ".join(s.value for s in at.success)
     at = _press(at, "teach_reveal")
     answer = " ".join(s.value for s in at.success)

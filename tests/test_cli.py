@@ -79,6 +79,19 @@ def test_why_says_which_patterns_apply_at_a_node_and_why_the_others_do_not(capsy
     assert "no node 'nope'" in capsys.readouterr().err
 
 
+def test_why_json_is_the_same_answer_as_the_text_and_alone_on_stdout(capsys, tmp_path):
+    from optimus_lens.debug.why import WhyReport
+
+    assert main(["why", "sample:teach_batch_relu", "y1"]) == 0
+    text = capsys.readouterr().out
+    assert main(["why", "sample:teach_batch_relu", "y1", "--json"]) == 0
+    report = WhyReport.from_json(json.loads(capsys.readouterr().out))  # stdout holds the JSON and nothing else
+    assert report.text().strip() == text.strip() and report.verdicts[0].pattern
+    assert main(["why", "sample:teach_batch_relu", "y1", "--json", str(tmp_path / "why.json")]) == 0
+    assert capsys.readouterr().out.strip() == text.strip()
+    assert WhyReport.from_json(json.loads((tmp_path / "why.json").read_text())).to_json() == report.to_json()
+
+
 def _listening_addresses(port: int) -> set[str]:
     """Local addresses with a socket in LISTEN state on ``port``, from /proc/net/tcp{,6}."""
     out = set()

@@ -63,6 +63,22 @@ def test_file_factory_loads_by_path_and_bad_specs_say_what_is_wrong(tmp_path, mo
         load_model("nomodule:build")
 
 
+def test_a_factory_spec_without_its_colon_says_how_to_write_it_not_which_samples_exist(tmp_path, monkeypatch):
+    (tmp_path / "towers.py").write_text(FACTORY)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelSpecError, match=r"'towers.py' names a file but no factory: write towers.py:build") as e:
+        load_model("towers.py")
+    assert "functions in it: build" in str(e.value) and "recsys_towers" not in str(e.value)
+    with pytest.raises(ModelSpecError, match=r"no file 'nope.py'"):
+        load_model("nope.py")
+    with pytest.raises(ModelSpecError, match=r"'pkg.models' has no ':factory': write pkg.models:FACTORY"):
+        load_model("pkg.models")
+    with pytest.raises(ModelSpecError, match=r"unknown sample model 'recsys_tower'; did you mean recsys_towers") as e:
+        load_model("recsys_tower")
+    assert "mmoe" not in str(e.value)  # close names only, not the list of every sample
+    assert load_model("teach_batch_relu")[2] == "teach_batch_relu"  # a bare sample name still loads
+
+
 def test_a_pt2_exported_program_loads_with_its_example_inputs_and_fuses_like_the_eager_model(tmp_path, monkeypatch):
     (tmp_path / "towers.py").write_text(FACTORY)
     monkeypatch.chdir(tmp_path)

@@ -131,6 +131,41 @@ def _spread(base: float, med: float | None, p10: float | None, p90: float | None
     return sp, (base / p10 if p10 else sp) - sp, sp - (base / p90 if p90 else sp)
 
 
+NOISE_FILL = "rgba(0,0,0,0)"  # a speedup within noise: no fill, a grey hatch, "within noise" on it
+NOISE_HATCH = "#757575"
+
+
+def within_noise(base: float, med: float | None, p10: float | None, p90: float | None) -> bool:
+    """True when a stage's speedup over the baseline cannot be told from no change: its p10-p90
+    interval (baseline median / p90 .. baseline median / p10, the error bar drawn) includes 1.0."""
+    if not med or not p10 or not p90:
+        return False
+    return base / p90 <= 1.0 <= base / p10
+
+
+def _noise_bars(colours: list[str], noise: list[bool], speedups: list[float]) -> dict:
+    """The bar trace's marker and text for :func:`speedup_figure`: a stage within noise is an
+    unfilled, hatched bar labelled "within noise" (never a bar that looks like a gain); the others
+    keep their colour and are labelled with their speedup; the baseline, the reference, is not
+    labelled."""
+    fill = [NOISE_FILL if n else c for c, n in zip(colours, noise)]
+    shape = ["/" if n else "" for n in noise]
+    text = ["" if i == 0 else ("within noise" if n else f"{sp:.2f}x") for i, (n, sp) in enumerate(zip(noise, speedups))]
+    return {
+        "marker": dict(
+            color=fill,
+            line=dict(color=["#9e9e9e" if n else "#333333" for n in noise], width=1),
+            pattern=dict(shape=shape, fgcolor=NOISE_HATCH, size=6, solidity=0.35),
+        ),
+        "text": text,
+        "textposition": "inside",  # inside the bar, from its foot: clear of the p10-p90 whiskers above it
+        "insidetextanchor": "start",
+        "textfont": dict(size=11, color="#212121"),
+        "textangle": -90,  # upright in a narrow bar, never shrunk below legible
+        "cliponaxis": False,
+    }
+
+
 def speedup_figure(bench, height: int = 340) -> go.Figure:
     """Bars of each timed stage's speedup over the baseline (baseline median / stage
     median), with error bars spanning baseline median / p90 .. baseline median / p10 of
@@ -142,12 +177,13 @@ def speedup_figure(bench, height: int = 340) -> go.Figure:
     base = stages[0].median_ms if stages else 0.0
     names = [s.stage for s in stages]
     eager = [_spread(base, s.median_ms, s.p10_ms, s.p90_ms) for s in stages]
+    noise = [i > 0 and within_noise(base, s.median_ms, s.p10_ms, s.p90_ms) for i, s in enumerate(stages)]
     fig = go.Figure(
         go.Bar(
             x=names,
             y=[e[0] for e in eager],
             name="eager",
-            marker=dict(color=_colours(stages), line=dict(color="#333333", width=1)),
+            **_noise_bars(_colours(stages), noise, [e[0] for e in eager]),
             error_y=dict(
                 type="data",
                 symmetric=False,
@@ -155,9 +191,12 @@ def speedup_figure(bench, height: int = 340) -> go.Figure:
                 arrayminus=[e[2] for e in eager],
                 color="#333333",
             ),
-            customdata=[[s.median_ms, s.p10_ms, s.p90_ms, s.nodes] for s in stages],
-            hovertemplate="%{x}: %{y:.2f}x<br>median %{customdata[0]:.3f} ms (p10 %{customdata[1]:.3f}, "
-            "p90 %{customdata[2]:.3f})<br>%{customdata[3]} nodes<extra>eager</extra>",
+            customdata=[
+                [s.median_ms, s.p10_ms, s.p90_ms, s.nodes, "within noise: p10-p90 spans 1.0x<br>" if n else ""]
+                for s, n in zip(stages, noise)
+            ],
+            hovertemplate="%{x}: %{y:.2f}x<br>%{customdata[4]}median %{customdata[0]:.3f} ms (p10 "
+            "%{customdata[1]:.3f}, p90 %{customdata[2]:.3f})<br>%{customdata[3]} nodes<extra>eager</extra>",
         )
     )
     tops = [e[0] for e in eager]
@@ -165,12 +204,17 @@ def speedup_figure(bench, height: int = 340) -> go.Figure:
         cb = stages[0].compiled_median_ms
         comp = [_spread(cb, s.compiled_median_ms, s.compiled_p10_ms, s.compiled_p90_ms) for s in stages]
         tops += [c[0] for c in comp]
+        comp_noise = [
+            i > 0 and within_noise(cb, s.compiled_median_ms, s.compiled_p10_ms, s.compiled_p90_ms)
+            for i, s in enumerate(stages)
+        ]
+        noise = [a or b for a, b in zip(noise, comp_noise)]
         fig.add_trace(
             go.Bar(
                 x=names,
                 y=[c[0] for c in comp],
                 name="torch.compile (Inductor)",
-                marker=dict(color=COMPILED_COLOUR, line=dict(color="#333333", width=1)),
+                **_noise_bars([COMPILED_COLOUR] * len(stages), comp_noise, [c[0] for c in comp]),
                 error_y=dict(
                     type="data",
                     symmetric=False,
@@ -189,9 +233,11 @@ def speedup_figure(bench, height: int = 340) -> go.Figure:
     fig.add_hline(y=1.0, line=dict(color="#616161", dash="dot"))
     unchanged = getattr(bench, "unchanged", [])
     sub = method_text(bench) + (f"<br>no change (not timed): {', '.join(unchanged)}" if unchanged else "")
+    if any(noise):
+        sub += "<br>hatched: within noise (p10-p90 spans 1.0x)"
     fig.update_layout(
-        height=height + (20 if unchanged else 0),
-        margin=dict(l=10, r=10, t=70 if unchanged else 50, b=10),
+        height=height + 20 * (bool(unchanged) + any(noise)),
+        margin=dict(l=10, r=10, t=50 + 20 * (bool(unchanged) + any(noise)), b=10),
         plot_bgcolor="white",
         title=dict(
             text=f"Speedup vs baseline (cumulative, after each pass that made a step)<br><sup>{sub}</sup>",
@@ -199,6 +245,7 @@ def speedup_figure(bench, height: int = 340) -> go.Figure:
         ),
         yaxis_title="speedup (×)",
     )
+    fig.update_layout(uniformtext=dict(minsize=9, mode="show"))  # bar labels stay legible on narrow bars
     # a noisy sample's p10/p90 spread can be many times the bars: clip the axis to the bars, not the whiskers
     top = max([*tops, 1.0]) * 1.5 if stages else 2.0
     fig.update_yaxes(gridcolor="#eeeeee", range=[0, top])

@@ -16,7 +16,8 @@ def verify_text(v) -> str:
 
 def steps_table(trace) -> str:
     """The steps of a trace as a plain-text table: index, pass, pattern, sites, created,
-    erased, verify (ok / FAIL and the largest absolute error), ms (match + rewrite).
+    erased, verify (ok / FAIL and the largest absolute error; "FAIL (from N)" for a step that
+    fails only because step N broke the graph, :meth:`Trace.failure_runs`), ms (match + rewrite).
     Columns are as wide as their longest name."""
     wp = max([len("pass"), *(len(s.pass_name) for s in trace.steps)])
     wq = max([len("pattern"), *(len(s.pattern) for s in trace.steps)])
@@ -25,11 +26,14 @@ def steps_table(trace) -> str:
         f"{'verify, max err':15s} {'ms':>7s}"
     )
     rows = [head, "-" * len(head)]
+    inherited = trace.inherited_failures()  # failing only because an earlier step broke the graph
     for s in trace.steps:
+        check = "rolled back" if s.error else verify_text(s.verify)
+        if s.index in inherited:
+            check = f"FAIL (from {inherited[s.index]})"
         rows.append(
             f"{s.index:4d}  {s.pass_name:{wp}s} {s.pattern:{wq}s} {len(s.sites):5d} {len(s.created):7d} "
-            f"{len(s.erased):6d}  {'rolled back' if s.error else verify_text(s.verify):15s} "
-            f"{(s.match_s + s.rewrite_s) * 1e3:7.2f}"
+            f"{len(s.erased):6d}  {check:15s} {(s.match_s + s.rewrite_s) * 1e3:7.2f}"
         )
     return "\n".join(rows)
 

@@ -37,6 +37,7 @@ def cmd_observe(a: argparse.Namespace) -> int:
     """Print upstream's steps, the final verification and each upstream defect (a step that
     fails verification, and the steps that fail only because the graph is still broken).
     Exit 1 when a step or the result fails; raises PatternRaised when upstream's passes raise."""
+    from optimus_lens.debug.compare import inherited_text
     from optimus_lens.frontend.capture import capture
     from optimus_lens.frontend.run import load_model
     from optimus_lens.inductor.observe import check_options, default_options, observe
@@ -65,10 +66,7 @@ def cmd_observe(a: argparse.Namespace) -> int:
         msg = s.verify.message.splitlines()[0] if s.verify.message else ""
         print(f"UPSTREAM DEFECT: step {s.index} ({s.pass_name} / {s.pattern}) fails verification: {msg}")
         if inherited:
-            print(
-                f"  (step(s) {', '.join(str(x.index) for x in inherited)} fail the same way only because the graph "
-                f"is still broken from step {s.index})"
-            )
+            print(f"  {inherited_text([x.index for x in inherited], s.index)}")
     if a.trace:
         n = t.save(a.trace)
         print(f"trace written to {a.trace} ({n:,} bytes)")

@@ -431,6 +431,11 @@ class Trace:
                 runs.append(head[1])
         return runs
 
+    def inherited_failures(self) -> dict[int, int]:
+        """Step index -> the index of the step whose failure it only inherits, for every
+        failing step that is not a defect of its own (:meth:`failure_runs`, the one source)."""
+        return {x.index: s.index for s, rest in self.failure_runs() for x in rest}
+
     # ---- JSON
     def to_json(self) -> dict:
         return {

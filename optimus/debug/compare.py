@@ -25,7 +25,11 @@ class Comparison:
     ``groups`` maps a pass name to (our groups, upstream's groups), each group the
     sorted site names of one step of that pass. ``only_ours`` / ``only_upstream`` are the
     steps whose (pass, sites) the other run has no step for. ``upstream_defects`` are
-    upstream's steps that failed verification; ``ours_failed`` ours."""
+    upstream's steps that fail verification of their own, ``ours_failed`` ours: the first
+    step of each of the trace's :meth:`~optimus_lens.core.trace.Trace.failure_runs` (the one
+    source the banner, the step list and the CLI read too). ``upstream_inherited`` and
+    ``ours_inherited`` map each later failing step to the defect it only inherits (the graph
+    is still broken from it)."""
 
     model: str
     ours: Trace
@@ -36,6 +40,14 @@ class Comparison:
     only_upstream: list[Step] = field(default_factory=list)
     upstream_defects: list[Step] = field(default_factory=list)
     ours_failed: list[Step] = field(default_factory=list)
+    upstream_inherited: dict[int, int] = field(default_factory=dict)
+    ours_inherited: dict[int, int] = field(default_factory=dict)
+
+    def inherited_of(self, side: str, step: Step) -> list[int]:
+        """The step indices of ``side`` ("upstream" or "ours") that fail only because ``step``
+        broke the graph."""
+        table = self.upstream_inherited if side == "upstream" else self.ours_inherited
+        return [i for i, origin in table.items() if origin == step.index]
 
     @property
     def nodes(self) -> tuple[int, int, int]:
@@ -60,8 +72,9 @@ def compare_traces(ours: Trace, upstream: Trace, options: dict | None = None) ->
     our_keys = {_key(s) for s in ours.steps}
     c.only_ours = [s for s in ours.steps if _key(s) not in up_keys]
     c.only_upstream = [s for s in upstream.steps if _key(s) not in our_keys]
-    c.upstream_defects = upstream.failed_steps()
-    c.ours_failed = ours.failed_steps()
+    c.upstream_defects = [s for s, _ in upstream.failure_runs()]
+    c.ours_failed = [s for s, _ in ours.failure_runs()]
+    c.upstream_inherited, c.ours_inherited = upstream.inherited_failures(), ours.inherited_failures()
     return c
 
 
@@ -137,10 +150,25 @@ def comparison_text(c: Comparison) -> str:
                 f"({', '.join(s.sites[:4])}{' ...' if len(s.sites) > 4 else ''})"
                 for s in steps
             ]
-    for s in c.upstream_defects:
-        msg = s.verify.message.splitlines()[0] if s.verify and s.verify.message else ""
-        rows.append(f"UPSTREAM DEFECT: upstream step {s.index} ({s.pass_name} / {s.pattern}) fails verification: {msg}")
-    for s in c.ours_failed:
-        msg = s.verify.message.splitlines()[0] if s.verify and s.verify.message else ""
-        rows.append(f"OUR DEFECT: step {s.index} ({s.pass_name} / {s.pattern}) fails verification: {msg}")
+    for side, head, steps in (
+        ("upstream", "UPSTREAM DEFECT: upstream step", c.upstream_defects),
+        ("ours", "OUR DEFECT: step", c.ours_failed),
+    ):
+        for s in steps:
+            msg = s.verify.message.splitlines()[0] if s.verify and s.verify.message else ""
+            rows.append(f"{head} {s.index} ({s.pass_name} / {s.pattern}) fails verification: {msg}")
+            later = c.inherited_of(side, s)
+            if later:
+                rows.append(f"  {inherited_text(later, s.index)}")
     return "\n".join(rows)
+
+
+def inherited_text(later: list[int], origin: int, sentence: bool = False) -> str:
+    """The one thing every view says of the steps ``later`` that fail only because step
+    ``origin`` broke the graph: in parentheses (the CLI's line), or as a ``sentence`` (the app's)."""
+    many = len(later) > 1
+    text = (
+        f"step{'s' if many else ''} {', '.join(map(str, later))} fail{'' if many else 's'} the same way only "
+        f"because the graph is still broken from step {origin}"
+    )
+    return f"{text[0].upper()}{text[1:]}." if sentence else f"({text})"

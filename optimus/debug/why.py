@@ -66,6 +66,45 @@ class WhyReport:
     steps: int
     verdicts: list[Verdict]
 
+    def to_json(self) -> dict:
+        """``{"node", "op", "step", "steps", "verdicts": [{"pattern", "pass", "applies", "text",
+        "step", "with_nodes", "partial"}]}`` (``optimus why --json``)."""
+        return {
+            "node": self.node,
+            "op": self.op,
+            "step": self.step,
+            "steps": self.steps,
+            "verdicts": [
+                {
+                    "pattern": v.pattern,
+                    "pass": v.pass_name,
+                    "applies": v.applies,
+                    "text": v.text,
+                    "step": v.step,
+                    "with_nodes": list(v.with_nodes),
+                    "partial": list(v.partial),
+                }
+                for v in self.verdicts
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> WhyReport:
+        """The inverse of :meth:`to_json`. Raises KeyError or TypeError for another shape."""
+        verdicts = [
+            Verdict(
+                v["pattern"],
+                v["pass"],
+                bool(v["applies"]),
+                v["text"],
+                v.get("step"),
+                list(v.get("with_nodes", [])),
+                list(v.get("partial", [])),
+            )
+            for v in data["verdicts"]
+        ]
+        return cls(data["node"], data["op"], int(data["step"]), int(data["steps"]), verdicts)
+
     def text(self) -> str:
         where = (
             "the captured graph"

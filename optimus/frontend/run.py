@@ -21,6 +21,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch.fx import GraphModule
@@ -52,6 +53,8 @@ def load_model(spec: str) -> tuple[torch.nn.Module, tuple, str]:
     if spec.startswith("hf:"):
         return _load_hf(spec)
     if spec.startswith("sample:") or ":" not in spec:
+        if not spec.startswith("sample:"):
+            _check_bare(spec)
         return _load_sample(spec.split(":", 1)[1] if spec.startswith("sample:") else spec)
     mod_name, _, attr = spec.rpartition(":")
     mod = _import_file(mod_name) if mod_name.endswith(".py") else _import_module(mod_name)
@@ -77,11 +80,57 @@ def sample_list() -> list[tuple[str, str, str]]:
     return [(e.name, e.kind, e.description) for e in sample_models.REGISTRY.values()]
 
 
+def _functions_in(path: Path) -> list[str]:
+    """The top-level function names of a Python file, read without running it ([] when it
+    cannot be read or parsed)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return []
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+
+
+def _check_bare(spec: str) -> None:
+    """A spec without a colon is a sample's name; one that names a Python file or a dotted
+    module is a factory spec missing its ``:factory``. Raises ModelSpecError saying how to
+    write it (with the file's functions as candidates), instead of reading it as a sample."""
+    from optimus_lens import sample_models
+
+    if spec in sample_models.REGISTRY:
+        return
+    if spec.endswith(".py") or "/" in spec or "\\" in spec:
+        path = Path(spec)
+        if spec.endswith(".py") and not path.is_file():
+            raise ModelSpecError(f"no file {spec!r} (from {Path.cwd()}); a file spec is path/to/file.py:factory")
+        names = _functions_in(path) if path.is_file() else []
+        hint = f"; functions in it: {', '.join(names[:8])}" if names else ""
+        example = f"{spec}:{names[0]}" if names else f"{spec}:FACTORY"
+        raise ModelSpecError(
+            f"{spec!r} names a file but no factory: write {example} (a callable returning "
+            f"(nn.Module, example_inputs)){hint}"
+        )
+    if "." in spec:
+        raise ModelSpecError(
+            f"{spec!r} has no ':factory': write {spec}:FACTORY (a callable returning (nn.Module, "
+            "example_inputs)), or sample:NAME for a sample model"
+        )
+
+
 def _load_sample(name: str) -> tuple[torch.nn.Module, tuple, str]:
+    import difflib
+
     from optimus_lens import sample_models
 
     if name not in sample_models.REGISTRY:
-        raise ModelSpecError(f"unknown sample model {name!r}; samples: {', '.join(sample_models.names())}")
+        close = difflib.get_close_matches(name, sample_models.names(), n=4, cutoff=0.5)
+        raise ModelSpecError(
+            f"unknown sample model {name!r}"
+            + (f"; did you mean {', '.join(close)}?" if close else "")
+            + f" (`optimus samples` lists all {len(sample_models.names())}; a factory is package.module:factory "
+            "or path/to/file.py:factory)"
+        )
     try:
         model, inputs = sample_models.get(name)
     except ImportError as e:
