@@ -28,6 +28,12 @@ def add_parsers(sub) -> None:
     )
     b.add_argument("--compile", action="store_true", help="also time each stage under torch.compile (Inductor)")
     b.add_argument(
+        "--kernels",
+        action="store_true",
+        help="compile each stage with Inductor and count the kernels it generates and the extern "
+        "(library) calls it makes, with their names",
+    )
+    b.add_argument(
         "--against-upstream",
         action="store_true",
         help="add stage 'upstream': PyTorch's pre-grad passes with the equivalent pre_grad_fusion_options",
@@ -89,6 +95,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
             progress=progress,
             final_only=a.final_only,
             pipeline=pipeline_with(load_pattern_file(a.pattern_file)) if a.pattern_file else None,
+            kernels=a.kernels,
         )
     print(r.table())
     print(
