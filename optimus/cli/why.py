@@ -4,8 +4,10 @@ the pipeline (fuses at step N with ..., or the reason it does not)."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 
 from optimus_lens.cli.errors import EXIT_OK, input_errors
+from optimus_lens.cli.jsonout import add_json, json_output
 from optimus_lens.cli.options import PASSES, PATTERN_FILE, SEARCH, SOURCE, names_arg
 
 
@@ -25,6 +27,7 @@ def add_parsers(sub) -> None:
         help="explain the node in the graph before step N of the run (default: the captured graph)",
     )
     y.add_argument("--pattern", help="comma-separated pattern names to answer for (default: every pattern)")
+    add_json(y, "every pattern's verdict for the node")
     y.set_defaults(fn=cmd_why)
 
 
@@ -45,5 +48,16 @@ def cmd_why(a: argparse.Namespace) -> int:
         if a.passes:
             pipe = pipe.only(names_arg(a.passes))
         report = DryRun(gm, pipe, a.step).explain(a.node, names_arg(a.pattern))
-    print(report.text())
+    with json_output(a, "why") as emit:
+        print(report.text())
+        emit(
+            {
+                "model": a.model,
+                "node": report.node,
+                "op": report.op,
+                "step": report.step,
+                "steps": report.steps,
+                "verdicts": [asdict(v) for v in report.verdicts],
+            }
+        )
     return EXIT_OK

@@ -68,8 +68,10 @@ class Captured:
             "seconds": round(self.seconds, 3),
             "torch": torch.__version__,
         }
-        if self.log is not None:
+        if self.log is not None:  # the log's graphs of this artifact, not just the one loaded
             out["log"] = self.log
+            out["graphs"] = self.log.get("graphs", out["graphs"])
+            out["graph_nodes"] = self.log.get("graph_nodes", out["graph_nodes"])
         return out
 
     def summary(self) -> str:
@@ -171,6 +173,7 @@ def _logged(gm: GraphModule, example_inputs: tuple, graph_index: int | None) -> 
         loaded = load_entry(log, same[graph_index])
         gm, example_inputs, info = loaded.gm, loaded.example_inputs, loaded.gm.meta["optimus_log"]
     index = next((i for i, e in enumerate(same) if e.index == info["index"]), 0)
+    info = {**info, "graph_nodes": [e.nodes for e in same]}
     breaks = [b for cid in log.breaks for b in log.breaks[cid]]
     return Captured(
         gm,
