@@ -27,6 +27,7 @@ def run_upstream(
             status.update(label=f"Failed: {state['error'][0]}", state="error")
             return False
         t = res.trace
+        replay_note(t)
         failed = t.failed_steps()
         status.update(
             label=f"Done: {len(t.steps)} upstream steps, {t.nodes_before} → {t.nodes_after} nodes"
@@ -37,11 +38,30 @@ def run_upstream(
     return True
 
 
+def replay_note(trace) -> None:
+    """For upstream's passes on a graph read from a compile log: whether the replay
+    reproduces the log's ``after_pre_grad_graph`` node for node
+    (:func:`optimus_lens.inductor.log_replay.check_replay`), kept in ``trace.capture["log_replay"]``."""
+    from optimus_lens.frontend.compile_log import LogError
+    from optimus_lens.inductor.log_replay import check_replay
+
+    try:
+        check = check_replay(trace)
+    except LogError as e:
+        trace.capture["log_replay"] = {"reproduced": None, "text": f"the log cannot be read again: {e}"}
+        return
+    if check is not None:
+        trace.capture["log_replay"] = {"reproduced": check.reproduced, "text": check.text()}
+
+
 def defects(trace) -> None:
     """For an observed upstream trace, name every step that fails verification as an
-    upstream defect."""
+    upstream defect, and say whether a replay on a logged graph reproduces the log."""
     if not trace.capture.get("upstream"):
         return
+    replay = trace.capture.get("log_replay")
+    if replay:
+        (st.success if replay["reproduced"] else st.warning)(replay["text"])
     for s, inherited in trace.failure_runs():
         msg = s.verify.message.splitlines()[0] if s.verify and s.verify.message else ""
         later = (

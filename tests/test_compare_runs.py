@@ -4,6 +4,7 @@ and provenance, steps by the captured nodes they came from, and a one-line summa
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -12,6 +13,7 @@ from optimus_lens.core.graphmatch import match_nodes, origins, structure_keys
 from optimus_lens.core.trace import GraphSnapshot, NodeRecord, Trace
 from optimus_lens.debug.compare import compare_runs
 from optimus_lens.frontend.run import optimize
+from optimus_lens.viz.runs import runs_picture
 
 MODEL = "sample:recsys_towers"
 
@@ -130,3 +132,25 @@ def test_compare_model_keeps_ours_against_upstreams_and_gains_the_summary(capsys
     assert "same groups" in text and text.strip().splitlines()[-1].startswith(("SAME:", "DIFFERENT:"))
     doc = json.loads(out.read_text())
     assert doc["a"]["label"] == "ours" and doc["b"]["label"] == "upstream" and "groups" in doc
+
+
+def _positions(dot_source: str) -> dict[str, str]:
+    return dict(re.findall(r'^\s*"?([\w.:]+)"? \[.*?pos="([^"]+)"', dot_source, re.M))
+
+
+def test_both_final_graphs_are_drawn_on_one_layout_with_what_differs_marked(runs, tmp_path):
+    full, no_relu = runs
+    r = compare_runs(full, no_relu, "full", "no_relu")
+    a, b = full.graph_at(len(full.steps)), no_relu.graph_at(len(no_relu.steps))
+    pic = runs_picture(a, b, r.final, "full", "no_relu")
+    pa, pb = _positions(pic.before.source), _positions(pic.after.source)
+    shared = set(pa) & set(pb)
+    assert len(shared - {"__bb0__", "__bb1__"}) >= 20 and all(pa[n] == pb[n] for n in shared)  # a node both have sits in one place
+    legend = [e.text for e in pic.diff.legend]
+    assert any(t.startswith("only in no_relu") for t in legend) and any(t.startswith("only in full") for t in legend)
+    out = tmp_path / "cmp.html"
+    full.save(tmp_path / "a.json")
+    no_relu.save(tmp_path / "b.json")
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--report", str(out)]) == 1
+    page = out.read_text()
+    assert "A: " in page and "B: " in page and "DIFFERENT:" in page and page.count("<svg") >= 2

@@ -41,6 +41,11 @@ def add_parsers(sub) -> None:
         "--trace",
         help="write both traces: TRACE.ours.json and TRACE.upstream.json (with two runs: TRACE.a.json, TRACE.b.json)",
     )
+    cp.add_argument(
+        "--report",
+        metavar="PATH",
+        help="write an offline HTML page: the comparison and both final graphs side by side on one layout",
+    )
     add_json(cp, "the comparison")
     cp.set_defaults(fn=cmd_compare)
 
@@ -86,6 +91,7 @@ def cmd_observe(a: argparse.Namespace) -> int:
     replay = check_replay(t)
     if replay is not None:
         print(replay.text())
+        t.capture["log_replay"] = {"reproduced": replay.reproduced, "text": replay.text()}
     if a.trace:
         n = t.save(a.trace)
         print(f"trace written to {a.trace} ({n:,} bytes)")
@@ -108,6 +114,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
     with json_output(a, "compare") as emit:
         print(comparison_text(c))
         print(runs.summary())
+        _report(a, runs)
         if a.trace:
             c.ours.save(f"{a.trace}.ours.json")
             c.upstream.save(f"{a.trace}.upstream.json")
@@ -121,6 +128,30 @@ def cmd_compare(a: argparse.Namespace) -> int:
             }
         )
     return EXIT_VERIFY if c.upstream_defects or c.ours_failed else EXIT_OK
+
+
+def _report(a: argparse.Namespace, r) -> None:
+    """``--report PATH``: the comparison and both final graphs on one layout
+    (:func:`optimus_lens.viz.runs.write_runs_html`). Raises BadInput when it cannot be
+    drawn or written."""
+    if not a.report:
+        return
+    from optimus_lens.viz.layout import RenderError
+    from optimus_lens.viz.runs import write_runs_html
+
+    try:
+        n = write_runs_html(
+            a.report,
+            r.a.graph_at(len(r.a.steps)),
+            r.b.graph_at(len(r.b.steps)),
+            r.final,
+            r.text(),
+            r.a_label,
+            r.b_label,
+        )
+    except (OSError, RenderError) as e:
+        raise BadInput(f"cannot write {a.report}: {e}") from e
+    print(f"report written to {a.report} ({n / 1e6:.2f} MB)")
 
 
 def _run_of(spec: str, a: argparse.Namespace):
@@ -152,6 +183,7 @@ def compare_two(a: argparse.Namespace) -> int:
     r = compare_runs(ta, tb, a.model, a.other)
     with json_output(a, "compare") as emit:
         print(r.text())
+        _report(a, r)
         if a.trace:
             for t, ran, tag in ((ta, ran_a, "a"), (tb, ran_b, "b")):
                 if ran:

@@ -118,6 +118,11 @@ class StageTiming:
             out["kernels"] = self.kernels
         return out
 
+    def kernels_text(self) -> str:
+        """What Inductor generated for the stage in words (kernels, launches, extern calls
+        with their names); empty when not counted."""
+        return "" if self.kernels is None else _kernel_text(self.kernels)
+
     def kernels_cell(self) -> str:
         """The kernels column: ``generated kernels + extern calls`` (``5+2``), ``-`` if not counted."""
         k = self.kernels
@@ -237,7 +242,7 @@ class BenchResult:
             rows.append(row)
         if kernels:
             rows.append("kernels+ext: kernels Inductor generated + extern (library) calls per call of the graph:")
-            rows += [f"  {s.stage}: {_kernel_text(s.kernels)}" for s in self.stages if s.kernels is not None]
+            rows += [f"  {s.stage}: {s.kernels_text()}" for s in self.stages if s.kernels is not None]
         if self.unchanged:
             rows.append(f"no change (not timed): {', '.join(self.unchanged)}")
         for k, v in self.ratios().items():
