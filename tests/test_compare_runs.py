@@ -145,7 +145,9 @@ def test_both_final_graphs_are_drawn_on_one_layout_with_what_differs_marked(runs
     pic = runs_picture(a, b, r.final, "full", "no_relu")
     pa, pb = _positions(pic.before.source), _positions(pic.after.source)
     shared = set(pa) & set(pb)
-    assert len(shared - {"__bb0__", "__bb1__"}) >= 20 and all(pa[n] == pb[n] for n in shared)  # a node both have sits in one place
+    assert len(shared - {"__bb0__", "__bb1__"}) >= 20 and all(
+        pa[n] == pb[n] for n in shared
+    )  # a node both have sits in one place
     legend = [e.text for e in pic.diff.legend]
     assert any(t.startswith("only in no_relu") for t in legend) and any(t.startswith("only in full") for t in legend)
     out = tmp_path / "cmp.html"

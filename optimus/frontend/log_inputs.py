@@ -110,15 +110,30 @@ def sizes(m: LoggedMeta, symbols: dict[str, int]) -> tuple[list[int], list[int]]
 
 
 def node_shape(n, symbols: dict[str, int]) -> list[int] | None:
-    """A node's logged sizes, evaluated; None when it has no tensor annotation or a size
-    cannot be evaluated."""
-    m = logged_meta(n) if isinstance(n, Node) else None
-    if m is None or m.dtype is None:
+    """A node's logged sizes, evaluated (else the static sizes of its example value, or of
+    ``meta["shape"]`` — a list of ints —, as a graph rebuilt from a trace carries them);
+    None when it has none or a size cannot be evaluated."""
+    if not isinstance(n, Node):
         return None
+    m = logged_meta(n)
+    if m is None or m.dtype is None:
+        from optimus_lens.core import meta
+
+        v = meta.tensor(n)
+        shape = list(v.shape) if v is not None else n.meta.get("shape")
+        ok = isinstance(shape, list) and all(type(d) is int for d in shape)
+        return shape if ok else None
     try:
         return [size_value(s, symbols) for s in m.shape]
     except InputError:
         return None
+
+
+def _is_int(ph: Node) -> bool:
+    """An integer (not bool) tensor placeholder, by its logged annotation or ``meta["dtype"]``."""
+    m = logged_meta(ph)
+    dt = m.dtype if m is not None else ph.meta.get("dtype")
+    return isinstance(dt, torch.dtype) and not (dt.is_floating_point or dt.is_complex or dt == torch.bool)
 
 
 # --------------------------------------------------------------------------- integer ranges
@@ -331,10 +346,7 @@ def int_ranges(gm: GraphModule, symbols: dict[str, int]) -> dict[str, IntRange]:
     same = {_key(t) for t in _same_values_functions()} | {("method", m) for m in _SAME_VALUES_METHODS}
     out: dict[str, IntRange] = {}
     for ph in gm.graph.nodes:
-        if ph.op != "placeholder":
-            continue
-        m = logged_meta(ph)
-        if m is None or m.dtype is None or m.dtype.is_floating_point or m.dtype.is_complex or m.dtype == torch.bool:
+        if ph.op != "placeholder" or not _is_int(ph):
             continue
         seen, todo, r = {ph}, [ph], IntRange()
         while todo:
@@ -401,6 +413,16 @@ def _storage_len(shape: list[int], stride: list[int]) -> int:
     return 1 + sum((s - 1) * abs(st) for s, st in zip(shape, stride))
 
 
+def int_values(n: int, dtype: torch.dtype, rng: IntRange | None, gen: torch.Generator) -> torch.Tensor:
+    """``n`` values (a flat tensor) of an integer input with range ``rng``
+    (:func:`int_ranges`): offsets into its indices, indices below its bound, or, with no
+    range, values in [0, :data:`UNKNOWN_HIGH`)."""
+    if rng is not None and rng.offsets_of is not None:
+        return _offsets(n, rng.offsets_of, rng.include_last, gen).to(dtype)
+    high = rng.high if rng is not None and rng.high is not None else UNKNOWN_HIGH
+    return torch.randint(0, max(high, 1), (n,), generator=gen).to(dtype)
+
+
 def _offsets(n: int, n_indices: int, include_last: bool, gen: torch.Generator) -> torch.Tensor:
     """``n`` bag offsets into ``n_indices`` indices: 0 first, non-decreasing, at most
     ``n_indices`` (the last equal to it with ``include_last``)."""
@@ -445,13 +467,11 @@ def make_input(
     elif rng is not None and rng.offsets_of is not None:
         if len(shape) != 1:
             raise InputError(f"{ph.name}: offsets of {len(shape)} dimensions")
-        flat = _offsets(shape[0], rng.offsets_of, rng.include_last, gen).to(dt)
-        n = shape[0]
+        flat = int_values(shape[0], dt, rng, gen)
         stride = [1]
-    elif rng is not None and rng.high is not None:
-        flat = torch.randint(0, max(rng.high, 1), (n,), generator=gen).to(dt)
     else:
-        flat = torch.randint(0, UNKNOWN_HIGH, (n,), generator=gen).to(dt)
+        flat = int_values(n, dt, rng, gen)
+    if rng is None and not (dt.is_floating_point or dt.is_complex or dt == torch.bool):
         note = (
             f"{ph.name} ({str(dt).replace('torch.', '')}{shape}): no op in the graph tells its range; "
             f"filled with values in [0, {UNKNOWN_HIGH})"
