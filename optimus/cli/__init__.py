@@ -7,7 +7,7 @@
     optimus log PATH [--replay]
     optimus check MODEL --expect 'PATTERN>=N' ... [--verify step|end|off] [--junit out.xml]
     optimus match MODEL --pattern-file F [--misses N] [--json out.json] [--trace out.json]
-    optimus bench MODEL [--device cpu|cuda] [--mode inference|training] [--compile] [--against-upstream]
+    optimus bench MODEL [--device cpu|cuda] [--mode inference|training] [--compile] [--kernels] [--against-upstream]
                   [--alone] [--passes a,b] [--repeats N] [--threads N] [--json out.json]
     optimus show TRACE.json
     optimus repro TRACE.json [--step N] [-o repro.py]
@@ -17,6 +17,7 @@
     optimus bisect MODEL [--verify off|step] [--trace out.json]
     optimus observe MODEL [--options JSON] [--verify step|off] [--trace out.json]
     optimus compare MODEL [--options JSON]
+    optimus compare A B [--report out.html]       (two traces or model specs: any two runs)
     optimus report TRACE.json -o report.html
     optimus lesson PATTERN -o lesson.html | --all -o DIR
     optimus app [--port N] [--sweep DIR]
