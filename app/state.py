@@ -69,7 +69,7 @@ MODEL_ENV, SWEEP_ENV = "OPTIMUS_LENS_MODEL", "OPTIMUS_LENS_SWEEP"
 #: whole session, across page switches (Streamlit >= 1.67)
 KEEP = "session"
 #: the step viewer's model sources (the ``source_kind`` radio)
-SAMPLE, FACTORY, TRACE_FILE = "Sample model", "Python factory", "Trace file"
+SAMPLE, FACTORY, COMPILE_LOG, TRACE_FILE = "Sample model", "Python factory", "Compile log", "Trace file"
 #: the Pattern Lab's first starter file (``optimus_lens/frontend/starters/``) and pattern name
 LAB_STARTER, LAB_NAME = "functions.py", "swish"
 
@@ -80,6 +80,8 @@ SETTINGS: dict[str, Any] = {
     # the step viewer's sidebar: model, passes, checks
     "source_kind": SAMPLE,
     "factory": "",
+    "log_path": "",
+    "log_graph": None,  # the log's first dynamo_output_graph, set once a log is read
     "pass_source": "Optimus Lens passes",
     "verify": "end",
     "grads": False,
@@ -97,6 +99,7 @@ SETTINGS: dict[str, Any] = {
     "full": False,
     "graph_height": 560,
     # inspector, why-not, timing
+    "bench_kernels": False,
     "inspect_side": "after",
     "inspect_query": "",
     "why_at": "before",
@@ -175,9 +178,12 @@ def init(state: MutableMapping) -> None:
 
 def sidebar_model(spec: str) -> dict[str, str]:
     """The step viewer sidebar's settings that name ``spec``: ``sample:NAME`` of a known sample
-    as the sample picked, any other spec in the factory box."""
+    as the sample picked, ``log:PATH#...`` as the compile log's path, any other spec in the
+    factory box."""
     from optimus_lens import sample_models
 
+    if spec.startswith("log:"):  # log:PATH#SELECTOR: the path in the Compile log field
+        return {"source_kind": COMPILE_LOG, "log_path": spec.removeprefix("log:").split("#", 1)[0]}
     name = spec.removeprefix("sample:")
     if spec.startswith("sample:") or ":" not in spec:
         if name in sample_models.names():

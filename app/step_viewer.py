@@ -17,7 +17,17 @@ import pandas as pd
 import streamlit as st
 
 from optimus_lens import sample_models, viz
-from optimus_lens.app import compare_view, debug, inspector, lab_runner, presentation, toggles, upstream, why_panel
+from optimus_lens.app import (
+    compare_view,
+    debug,
+    inspector,
+    lab_runner,
+    log_source,
+    presentation,
+    toggles,
+    upstream,
+    why_panel,
+)
 from optimus_lens.app import modules as app_modules
 from optimus_lens.app import state as S
 from optimus_lens.app.graphclick import on_pick
@@ -28,7 +38,7 @@ from optimus_lens.app.view_controls import navigator, view_bar
 from optimus_lens.passes import pass_catalogue
 from optimus_lens.viz.palette import STANDARD
 
-SOURCES = (S.SAMPLE, S.FACTORY, S.TRACE_FILE)
+SOURCES = (S.SAMPLE, S.FACTORY, S.COMPILE_LOG, S.TRACE_FILE)
 VERIFY_HELP = {
     "step": "check the graph after every step (slowest; pinpoints a failing step)",
     "end": "check once after the whole pipeline",
@@ -86,6 +96,8 @@ def sidebar() -> tuple[str | None, bool]:
                 ).strip()
                 or None
             )
+        elif source == S.COMPILE_LOG:
+            spec = log_source.log_source()
         else:
             up = st.file_uploader(
                 "Trace JSON (saved by `optimus run --trace` or this app)", type=["json"], key="upload"
@@ -197,7 +209,8 @@ def run_spec(spec: str, graph_index: int | None = None) -> None:
             state="complete",
             expanded=False,
         )
-    S.set_trace(ss, res.trace, spec, f"run of {spec} (verify {ss.verify}, capture {ss.capture_method})")
+    how = res.trace.capture.get("method", ss.capture_method)
+    S.set_trace(ss, res.trace, spec, f"run of {spec} (verify {ss.verify}, capture {how})")
 
 
 def run_with_pattern(spec: str, passes: list[str], pattern: dict, graph_index: int | None = None) -> None:
@@ -401,4 +414,5 @@ def page() -> None:
         st.plotly_chart(viz.node_count_figure(trace, current=cur), width="stretch")
     timing_panel(trace, ss)
     compare_view.compare_panel(ss)
+    compare_view.trace_compare(ss)
     downloads(trace)

@@ -20,7 +20,14 @@ from optimus_lens.perf.timings import MODES
 
 
 def _measure(
-    trace, ss: MutableMapping, repeats: int, mode: str, compile: bool, upstream: bool, one_thread: bool
+    trace,
+    ss: MutableMapping,
+    repeats: int,
+    mode: str,
+    compile: bool,
+    upstream: bool,
+    one_thread: bool,
+    kernels: bool = False,
 ) -> None:
     from optimus_lens.perf.bench import bench_pipeline
 
@@ -41,6 +48,7 @@ def _measure(
             against_upstream=upstream,
             threads=1 if one_thread else None,
             graph_index=trace.capture.get("graph_index"),
+            kernels=kernels,
         )
     except Exception as e:  # noqa: BLE001 - shown to the user, the panel keeps working
         title, msg = S.error_message(e)
@@ -73,6 +81,12 @@ def show_result(b) -> None:
     if b.bytes_packed:
         st.caption(f"Pre-packed weights: {b.bytes_packed:,} bytes folded into constants once (inference).")
     st.dataframe(pd.DataFrame(viz.bench_rows(b)), hide_index=True, width="stretch")
+    counted = [s for s in b.stages if s.kernels is not None]
+    if counted:
+        st.caption(
+            "Kernels Inductor generated and extern (library) calls, per call of each stage's graph:\n"
+            + "\n".join(f"- **{s.stage}**: {s.kernels_text()}" for s in counted)
+        )
 
 
 def timing_panel(trace, ss: MutableMapping) -> None:
@@ -118,8 +132,14 @@ def timing_panel(trace, ss: MutableMapping) -> None:
         "p10-p90 spread is tight where torch's thread pool on wall clock is noise-dominated on a shared "
         "machine. Untick to time with torch's default threads on wall clock.",
     )
+    kernels = c[5].checkbox(
+        "kernels",
+        key="bench_kernels",
+        persist_state=S.KEEP,
+        help="compile each stage with Inductor and count the kernels it generates and its extern (library) calls",
+    )
     if c[5].button("Measure timing", key="bench_btn", width="stretch", help="per pass, with memory"):
-        _measure(trace, ss, int(repeats), mode, compile, upstream, one_thread)
+        _measure(trace, ss, int(repeats), mode, compile, upstream, one_thread, kernels)
     b = ss.get("bench")
     if b is None:
         st.caption(

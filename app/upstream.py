@@ -27,6 +27,7 @@ def run_upstream(
             status.update(label=f"Failed: {state['error'][0]}", state="error")
             return False
         t = res.trace
+        replay_note(t)
         failed = t.failed_steps()
         status.update(
             label=f"Done: {len(t.steps)} upstream steps, {t.nodes_before} → {t.nodes_after} nodes"
@@ -37,14 +38,34 @@ def run_upstream(
     return True
 
 
+def replay_note(trace) -> None:
+    """For upstream's passes on a graph read from a compile log: whether the replay
+    reproduces the log's ``after_pre_grad_graph`` node for node
+    (:func:`optimus_lens.inductor.log_replay.check_replay`), kept in ``trace.capture["log_replay"]``."""
+    from optimus_lens.frontend.compile_log import LogError
+    from optimus_lens.inductor.log_replay import check_replay
+
+    try:
+        check = check_replay(trace)
+    except LogError as e:
+        trace.capture["log_replay"] = {"reproduced": None, "text": f"the log cannot be read again: {e}"}
+        return
+    if check is not None:
+        trace.capture["log_replay"] = {"reproduced": check.reproduced, "text": check.text()}
+
+
 def defects(trace) -> None:
     """For an observed upstream trace, name every step that fails verification of its own as an
     upstream defect, and the later steps that only inherit its failure
-    (:meth:`optimus_lens.core.trace.Trace.failure_runs`, the one source)."""
+    (:meth:`optimus_lens.core.trace.Trace.failure_runs`, the one source); say whether a replay
+    on a logged graph reproduces the log."""
     from optimus_lens.debug.compare import inherited_text
 
     if not trace.capture.get("upstream"):
         return
+    replay = trace.capture.get("log_replay")
+    if replay:
+        (st.success if replay["reproduced"] else st.warning)(replay["text"])
     for s, inherited in trace.failure_runs():
         msg = s.verify.message.splitlines()[0] if s.verify and s.verify.message else ""
         later = f"\n\n{inherited_text([x.index for x in inherited], s.index, sentence=True)}" if inherited else ""

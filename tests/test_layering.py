@@ -38,6 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "teach": {"core", "passes", "frontend", "inductor", "debug", "perf", "sample_models"},
     "sweep": {"core", "passes", "frontend", "inductor", "debug", "perf"},
     "viz": {"core", "teach"},
+    "testing": {"core", "passes", "frontend", "inductor", "debug"},
     "api": {"core", "frontend", "inductor", "perf"},
     "cli": {"core", "passes", "frontend", "inductor", "debug", "perf", "teach", "sweep", "viz", "sample_models", "api"},
     "app": {"core", "passes", "frontend", "inductor", "debug", "perf", "teach", "sweep", "viz", "sample_models", "api"},

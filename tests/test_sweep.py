@@ -265,3 +265,19 @@ def test_a_wheel_reaches_ray_workers_as_its_package_folders(tmp_path):
         ray_runtime_env(str(tmp_path / "missing.whl"))
     here = ray_runtime_env()["py_modules"]
     assert [Path(p).name for p in here] == ["optimus_lens"]  # the one package, viz and samples inside
+
+
+def test_a_run_reports_when_the_callers_main_is_a_script_that_cannot_run_again(tmp_path, monkeypatch):
+    """Streamlit's script runner and AppTest leave ``__main__`` a script that raises when
+    re-run; multiprocessing would re-run it in every child, so the child died before
+    reporting. Children start without it (``sweep.isolate._without_main``)."""
+    import sys
+    import types
+
+    script = tmp_path / "app_script.py"
+    script.write_text("raise SystemExit('re-running the caller script')\n")
+    fake = types.ModuleType("__main__")
+    fake.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", fake)
+    res = sweep(["sample:teach_batch_relu"], [DEFAULT_CONFIG], FAST, tmp_path / "sw", workers=1, progress=False)
+    assert [r["status"] for r in res.rows] == ["ok"], res.rows

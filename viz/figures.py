@@ -318,7 +318,8 @@ def compile_time_figure(bench, height: int = 300) -> go.Figure | None:
 def bench_rows(bench) -> list[dict]:
     """The timing as table rows (one dict per stage): stage, kind, steps, nodes,
     median/p10/p90 ms, speedup, peak MiB, peak source, repeats; plus compiled latency,
-    spread, speedup and compile time when measured."""
+    spread, speedup and compile time when measured, and the kernels Inductor generated and
+    its extern calls (counts and names) when counted (``bench --kernels``)."""
     rows = []
     for s in bench.stages:
         row = {
@@ -339,5 +340,13 @@ def bench_rows(bench) -> list[dict]:
             row["compiled p10..p90 ms"] = f"{s.compiled_p10_ms or 0:.4f}..{s.compiled_p90_ms or 0:.4f}"
             row["compiled speedup"] = round(s.compiled_speedup or 0.0, 3)
             row["compile s"] = round(s.compile_s or 0.0, 2)
+        k = getattr(s, "kernels", None)
+        if k is not None:  # optimus bench --kernels: what Inductor generated for the stage
+            if "error" in k:
+                row["kernels"], row["extern calls"], row["kernel names"] = None, None, k["error"]
+            else:
+                row["kernels"], row["extern calls"] = k["kernels"], k["extern_calls"]
+                row["kernel names"] = ", ".join(k["kernel_names"])
+                row["extern"] = ", ".join(f"{n} x{c}" for n, c in k["extern"].items())
         rows.append(row)
     return rows

@@ -4,8 +4,10 @@
                 [--search global|upstream] [--profitable-only] [--estimate] [--pattern-file F] [--dynamic]
     optimus samples
     optimus passes
+    optimus log PATH [--replay]
+    optimus check MODEL --expect 'PATTERN>=N' ... [--verify step|end|off] [--junit out.xml]
     optimus match MODEL --pattern-file F [--misses N] [--json out.json] [--trace out.json]
-    optimus bench MODEL [--device cpu|cuda] [--mode inference|training] [--compile] [--against-upstream]
+    optimus bench MODEL [--device cpu|cuda] [--mode inference|training] [--compile] [--kernels] [--against-upstream]
                   [--alone] [--passes a,b] [--repeats N] [--threads N] [--json out.json]
     optimus show TRACE.json
     optimus repro TRACE.json [--step N] [-o repro.py]
@@ -15,6 +17,7 @@
     optimus bisect MODEL [--verify off|step] [--trace out.json]
     optimus observe MODEL [--options JSON] [--verify step|off] [--trace out.json]
     optimus compare MODEL [--options JSON]
+    optimus compare A B [--report out.html]       (two traces or model specs: any two runs)
     optimus report TRACE.json -o report.html
     optimus lesson PATTERN -o lesson.html | --all -o DIR
     optimus app [--port N] [--sweep DIR]
@@ -25,7 +28,10 @@ MODEL is ``sample:NAME`` (``optimus run sample:recsys_towers``; ``optimus sample
 them), ``package.module:factory`` or ``path/to/file.py:factory`` (a callable returning
 ``(model, example_inputs)``, resolved from the current directory), or a ``.pt2`` file
 saved by ``torch.export.save``, or ``hf:NAME`` (a HuggingFace architecture built offline with
-random weights; ``optimus sweep --list-hf``).
+random weights; ``optimus sweep --list-hf``), or ``log:PATH[#SELECTOR]`` (a graph of a
+``TORCH_TRACE`` / ``TORCH_COMPILE_DEBUG`` compile log; ``optimus log PATH`` lists them).
+``--json [PATH]`` on run, match, why, compare, check, passes, samples, sweep, log and bench
+writes the command's result as JSON (docs/json.md).
 Exit status: 0 ok; 1 a step failed verification; 2 bad input (unknown model or pass,
 untraceable model, unreadable trace); 3 a pattern (or an observed upstream pass) raised.
 
@@ -39,7 +45,7 @@ import argparse
 import os
 import sys
 
-from optimus_lens.cli import app, bench, bisect, catalogue, draw, match, run, sweep, traces, upstream, why
+from optimus_lens.cli import app, bench, bisect, catalogue, check, draw, log, match, run, sweep, traces, upstream, why
 from optimus_lens.cli.errors import EXIT_INPUT, EXIT_PATTERN, BadInput, PatternRaised
 
 
@@ -49,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="optimus", description=__doc__.split("\n\n")[0])
     ap.set_defaults(who="optimus")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for family in (run, catalogue, match, bench, traces, why, bisect, upstream, draw, app, sweep):
+    for family in (run, catalogue, log, match, check, bench, traces, why, bisect, upstream, draw, app, sweep):
         family.add_parsers(sub)
     return ap
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 from optimus_lens.cli.errors import EXIT_OK, BadInput, input_errors
+from optimus_lens.cli.jsonout import add_json, json_output
 from optimus_lens.cli.options import MODEL, PASSES, PATTERN_FILE, names_arg
 
 
@@ -28,6 +27,12 @@ def add_parsers(sub) -> None:
     )
     b.add_argument("--compile", action="store_true", help="also time each stage under torch.compile (Inductor)")
     b.add_argument(
+        "--kernels",
+        action="store_true",
+        help="compile each stage with Inductor and count the kernels it generates and the extern "
+        "(library) calls it makes, with their names",
+    )
+    b.add_argument(
         "--against-upstream",
         action="store_true",
         help="add stage 'upstream': PyTorch's pre-grad passes with the equivalent pre_grad_fusion_options",
@@ -43,7 +48,7 @@ def add_parsers(sub) -> None:
     b.add_argument("--warmup", type=int, default=3, help="warm-up calls per variant (default: 3)")
     b.add_argument("--threads", type=int, default=None, help="torch CPU threads for the run (default: as is)")
     b.add_argument("--progress", action="store_true", help="show progress on stderr")
-    b.add_argument("--json", help="write the result as JSON here")
+    add_json(b, "the result")
     b.add_argument(
         "--graph",
         type=int,
@@ -89,13 +94,13 @@ def cmd_bench(a: argparse.Namespace) -> int:
             progress=progress,
             final_only=a.final_only,
             pipeline=pipeline_with(load_pattern_file(a.pattern_file)) if a.pattern_file else None,
+            kernels=a.kernels,
         )
-    print(r.table())
-    print(
-        f"graph timed: {f'graph {a.graph} (0-based)' if a.graph is not None else 'the one with the most nodes'} "
-        "of the captured model (optimus run prints its graph breaks)"
-    )
-    if a.json:
-        Path(a.json).write_text(json.dumps(r.to_json(), indent=1))
-        print(f"result written to {a.json}")
+    with json_output(a, "bench") as emit:
+        print(r.table())
+        print(
+            f"graph timed: {f'graph {a.graph} (0-based)' if a.graph is not None else 'the one with the most nodes'} "
+            "of the captured model (optimus run prints its graph breaks)"
+        )
+        emit({"model": a.model, **r.to_json()})
     return EXIT_OK

@@ -5,20 +5,35 @@ from __future__ import annotations
 import argparse
 
 from optimus_lens.cli.errors import EXIT_OK
+from optimus_lens.cli.jsonout import add_json, json_output
 from optimus_lens.cli.text import samples_text
 
 
 def add_parsers(sub) -> None:
     """Add ``samples`` and ``passes`` to the subcommands ``sub``."""
-    sub.add_parser("samples", help="list the sample models (MODEL sample:NAME)").set_defaults(fn=cmd_samples)
-    sub.add_parser("passes", help="list the patterns with description, preconditions and source").set_defaults(
-        fn=cmd_passes
-    )
+    sm = sub.add_parser("samples", help="list the sample models (MODEL sample:NAME)")
+    add_json(sm, "the sample models and HF architectures")
+    sm.set_defaults(fn=cmd_samples)
+    ps = sub.add_parser("passes", help="list the patterns with description, preconditions and source")
+    add_json(ps, "the patterns and passes")
+    ps.set_defaults(fn=cmd_passes)
 
 
 def cmd_samples(a: argparse.Namespace) -> int:
     """Print the sample models and the HF architectures."""
-    print(samples_text())
+    from optimus_lens.frontend.hf import hf_list
+    from optimus_lens.frontend.run import sample_list
+
+    with json_output(a, "samples") as emit:
+        print(samples_text())
+        emit(
+            {
+                "samples": [
+                    {"spec": f"sample:{n}", "name": n, "kind": k, "description": d} for n, k, d in sample_list()
+                ],
+                "hf": [{"spec": sp, "family": f, "inputs": i} for sp, f, i in hf_list()],
+            }
+        )
     return EXIT_OK
 
 
@@ -29,7 +44,20 @@ def cmd_passes(a: argparse.Namespace) -> int:
 
     pipe = default_pipeline()
     in_pass = {p.name: q.name for q in pipe.passes for p in q.patterns}
-    for p in pass_catalogue():
+    catalogue = pass_catalogue()
+    with json_output(a, "passes") as emit:
+        _print_passes(catalogue, in_pass)
+        emit(
+            {
+                "passes": [{"name": q.name, "patterns": [p.name for p in q.patterns]} for q in pipe.passes],
+                "patterns": [{**p, "pass": in_pass.get(p["name"])} for p in catalogue],
+            }
+        )
+    return EXIT_OK
+
+
+def _print_passes(catalogue: list[dict], in_pass: dict[str, str]) -> None:
+    for p in catalogue:
         where = (
             f"in pass {in_pass[p['name']]}"
             if p["name"] in in_pass
@@ -41,4 +69,3 @@ def cmd_passes(a: argparse.Namespace) -> int:
             print(f"    - {c}")
         if p["upstream"]:
             print(f"    upstream: {p['upstream']}")
-    return EXIT_OK

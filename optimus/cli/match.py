@@ -4,10 +4,9 @@ graph, and the near misses, changing nothing."""
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from optimus_lens.cli.errors import EXIT_OK, PatternRaised, input_errors
+from optimus_lens.cli.jsonout import add_json, json_output
 from optimus_lens.cli.options import SOURCE
 
 
@@ -20,7 +19,7 @@ def add_parsers(sub) -> None:
     )
     m.add_argument("--pattern-file", required=True, help="the pattern file (see docs/pattern-lab.md)")
     m.add_argument("--misses", type=int, default=10, help="near misses to print per pattern (default: 10)")
-    m.add_argument("--json", help="write the matches and near misses as JSON here")
+    add_json(m, "the matches and near misses")
     m.add_argument("--trace", help="write the graph the patterns were matched on as a trace with no steps")
     m.set_defaults(fn=cmd_match)
 
@@ -40,6 +39,18 @@ def cmd_match(a: argparse.Namespace) -> int:
         found = preview(gm, pf.patterns)
     except PatternPreviewError as e:
         raise PatternRaised(str(e)) from e
+    with json_output(a, "match") as emit:
+        _print_matches(a, pf, found, gm)
+        emit({"model": a.model, "pattern_file": a.pattern_file, "nodes": len(gm.graph.nodes), **found.to_json()})
+    if a.trace:
+        from optimus_lens.core.record import snapshot_graph
+        from optimus_lens.core.trace import Trace
+
+        Trace(model=a.model, initial_graph=snapshot_graph(gm.graph)).save(a.trace)
+    return EXIT_OK
+
+
+def _print_matches(a: argparse.Namespace, pf, found, gm) -> None:
     for p in pf.patterns:
         mine = [m for m in found.matches if m.pattern == p.name]
         near = [m for m in found.near_misses if m.pattern == p.name]
@@ -51,11 +62,3 @@ def cmd_match(a: argparse.Namespace) -> int:
         if len(near) > a.misses:
             print(f"  ... {len(near) - a.misses} more near misses (--misses N shows more)")
     print(f"\n{len(found.matches)} match(es) in {len(gm.graph.nodes)} nodes; the graph is unchanged")
-    if a.json:
-        Path(a.json).write_text(json.dumps(found.to_json(), indent=1))
-    if a.trace:
-        from optimus_lens.core.record import snapshot_graph
-        from optimus_lens.core.trace import Trace
-
-        Trace(model=a.model, initial_graph=snapshot_graph(gm.graph)).save(a.trace)
-    return EXIT_OK

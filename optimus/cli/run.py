@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from optimus_lens.cli.errors import EXIT_OK, EXIT_VERIFY, input_errors
+from optimus_lens.cli.jsonout import add_json, json_output
 from optimus_lens.cli.options import GRADS, PASSES, PATTERN_FILE, SEARCH, SKIP, SOURCE, TRACE_OUT, VERIFY, names_arg
 from optimus_lens.cli.text import samples_text, steps_table, verify_text
 
@@ -54,6 +55,7 @@ def add_parsers(sub) -> None:
         help="a step that raises or leaves the graph invalid is rolled back; then go on without "
         "that pattern at that site (default) or stop",
     )
+    add_json(r, "the run (steps, verification, node counts)")
     r.set_defaults(fn=cmd_run)
 
 
@@ -83,6 +85,51 @@ def cmd_run(a: argparse.Namespace) -> int:
             dynamic=a.dynamic,
             on_error=a.on_error,
         )
+    with json_output(a, "run") as emit:
+        status = _report(a, res)
+        emit(run_json(res.trace, status))
+    return status
+
+
+def step_json(s) -> dict:
+    """One step in ``optimus run --json`` (docs/json.md)."""
+    v = s.verify
+    return {
+        "index": s.index,
+        "pass": s.pass_name,
+        "pattern": s.pattern,
+        "sites": s.sites,
+        "created": s.created,
+        "erased": s.erased,
+        "verify": None
+        if v is None
+        else {"ok": v.ok, "max_abs_err": v.max_abs_err, "checked": v.checked, "message": v.message},
+        "rolled_back": s.error is not None,
+        "error": s.error,
+        "ms": round((s.match_s + s.rewrite_s) * 1e3, 3),
+    }
+
+
+def run_json(t, status: int) -> dict:
+    """The body of ``optimus run --json``: the run without its graphs (``--trace`` writes those)."""
+    fv = t.final_verify
+    return {
+        "model": t.model,
+        "nodes_before": t.nodes_before,
+        "nodes_after": t.nodes_after,
+        "capture": t.capture,
+        "passes": {p["name"]: len(t.steps_of_pass(p["name"])) for p in t.passes if p.get("enabled", True)},
+        "steps": [step_json(s) for s in t.steps],
+        "final_verify": None
+        if fv is None
+        else {"ok": fv.ok, "max_abs_err": fv.max_abs_err, "checked": fv.checked, "message": fv.message},
+        "failed_steps": [s.index for s in t.failed_steps()],
+        "exit_status": status,
+    }
+
+
+def _report(a: argparse.Namespace, res) -> int:
+    """Print the run (the text of :func:`cmd_run`) and return its exit status."""
     t = res.trace
     print(steps_table(t))
     print(

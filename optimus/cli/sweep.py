@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from optimus_lens.cli.errors import EXIT_OK, EXIT_VERIFY, BadInput
+from optimus_lens.cli.jsonout import add_json, json_output
 from optimus_lens.cli.options import MODEL_HELP, VERIFY
 from optimus_lens.cli.text import hf_text
 
@@ -65,6 +66,7 @@ def add_parsers(sub) -> None:
     sw.add_argument("--retry-failed", action="store_true", help="also re-run the runs whose row is error or failed")
     sw.add_argument("--quiet", action="store_true", help="no progress bar or per-run lines")
     sw.add_argument("--list-hf", action="store_true", help="list the hf:NAME architectures and exit")
+    add_json(sw, "every run's row")
     sw.set_defaults(fn=cmd_sweep)
 
 
@@ -122,6 +124,26 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     rows = [r for r in res.rows if r is not None]
     bad = [r for r in rows if r["status"] != "ok"]
+    with json_output(a, "sweep") as emit:
+        _print_rows(res, rows, bad)
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        emit(
+            {
+                "out": str(res.out_dir),
+                "results": str(res.out_dir / "results.jsonl"),
+                "summary": str(res.out_dir / "summary.html"),
+                "skipped": res.skipped,
+                "wall_s": res.wall_s,
+                "status": counts,
+                "rows": rows,
+            }
+        )
+    return EXIT_VERIFY if bad else EXIT_OK
+
+
+def _print_rows(res, rows: list[dict], bad: list[dict]) -> None:
     print(
         f"{len(rows)} runs ({res.skipped} already done, skipped) in {res.wall_s:.1f} s: "
         f"{len(rows) - len(bad)} ok, {len(bad)} not ok; results: {res.out_dir / 'results.jsonl'}, "
@@ -135,4 +157,3 @@ def cmd_sweep(a: argparse.Namespace) -> int:
                 or [f"first failing step {r['first_failing']['index']}" if r.get("first_failing") else ""]
             )[0][:200]
         )
-    return EXIT_VERIFY if bad else EXIT_OK

@@ -4,10 +4,9 @@ the pipeline (fuses at step N with ..., or the reason it does not)."""
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from optimus_lens.cli.errors import EXIT_OK, input_errors
+from optimus_lens.cli.jsonout import add_json, json_output
 from optimus_lens.cli.options import PASSES, PATTERN_FILE, SEARCH, SOURCE, names_arg
 
 
@@ -27,13 +26,7 @@ def add_parsers(sub) -> None:
         help="explain the node in the graph before step N of the run (default: the captured graph)",
     )
     y.add_argument("--pattern", help="comma-separated pattern names to answer for (default: every pattern)")
-    y.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        metavar="PATH",
-        help="write the answer as JSON to PATH (no PATH: to stdout, and nothing else there)",
-    )
+    add_json(y, "every pattern's verdict for the node")
     y.set_defaults(fn=cmd_why)
 
 
@@ -55,10 +48,7 @@ def cmd_why(a: argparse.Namespace) -> int:
         if a.passes:
             pipe = pipe.only(names_arg(a.passes))
         report = DryRun(gm, pipe, a.step).explain(a.node, names_arg(a.pattern))
-    if a.json == "-":
-        print(json.dumps(report.to_json(), indent=1))
-        return EXIT_OK
-    if a.json:
-        Path(a.json).write_text(json.dumps(report.to_json(), indent=1), encoding="utf-8")
-    print(report.text())
+    with json_output(a, "why") as emit:
+        print(report.text())
+        emit({"model": a.model, **report.to_json()})
     return EXIT_OK

@@ -9,12 +9,19 @@ by (pass, sites): a fused group is the set of nodes it fused.
 A :class:`Comparison` holds the node counts, the fused groups of every pass side by
 side, the steps only one run made, and the failing steps of each run; a failing
 upstream step is an upstream defect (its rewrite changed what the graph computes).
+
+:func:`compare_runs` compares any two runs of one model, each a Trace (``optimus compare
+A.json B.json``): two torch versions, two configurations, two logs, where node names
+need not agree, so nodes are paired by structure, name and provenance
+(:mod:`optimus_lens.core.graphmatch`) and steps by the captured nodes their sites came
+from (:class:`RunComparison`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from optimus_lens.core.graphmatch import NodeMatch, match_nodes, origins
 from optimus_lens.core.trace import Step, Trace
 
 
@@ -172,3 +179,171 @@ def inherited_text(later: list[int], origin: int, sentence: bool = False) -> str
         f"because the graph is still broken from step {origin}"
     )
     return f"{text[0].upper()}{text[1:]}." if sentence else f"({text})"
+
+
+# --------------------------------------------------------------------------- any two runs
+
+
+@dataclass
+class RunComparison:
+    """Two runs of one model, each a Trace (two torch versions, two configurations, ours and
+    upstream's, two logs): ``start`` pairs the nodes of their captured graphs, ``final``
+    those of their final graphs (:func:`optimus_lens.core.graphmatch.match_nodes`: by
+    structure, name and provenance). A step is identified by its pass and the captured
+    nodes its sites were made from (:func:`optimus_lens.core.graphmatch.origins`, ``b``'s
+    named as ``a``'s through ``start``), so a fusion of the same group is the same step in
+    both runs whatever the names; ``only_a`` / ``only_b`` are the steps the other run has
+    no counterpart of, ``groups`` per pass each run's step count and whether they fused
+    the same groups. ``failed_a`` / ``failed_b``: steps that failed verification or were
+    rolled back."""
+
+    a_label: str
+    b_label: str
+    a: Trace
+    b: Trace
+    start: NodeMatch
+    final: NodeMatch
+    groups: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
+    only_a: list[Step] = field(default_factory=list)
+    only_b: list[Step] = field(default_factory=list)
+    failed_a: list[Step] = field(default_factory=list)
+    failed_b: list[Step] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        """Same steps (by pass and group) and final graphs equal node for node."""
+        return self.final.identical and not self.only_a and not self.only_b
+
+    def _side(self, label: str, t: Trace) -> str:
+        torch_v = t.capture.get("torch")
+        return f"{label} ({t.model}{', torch ' + torch_v if torch_v else ''}: {t.nodes_before}->{t.nodes_after} nodes, {len(t.steps)} steps)"
+
+    def summary(self) -> str:
+        """One line for a CI log."""
+        c = self.final.counts()
+        if self.final.identical:
+            graphs = f"final graphs the same node for node ({len(self.final.pairs)} nodes)"
+        else:
+            graphs = (
+                f"final graphs differ: {c['structure']} nodes the same, {c['name'] + c['provenance']} paired by "
+                f"name or provenance only, {c['only_a']} only in A, {c['only_b']} only in B"
+            )
+        steps = f"steps only in A: {_by_pass(self.only_a)}, only in B: {_by_pass(self.only_b)}"
+        bad = [
+            f"{n} failed steps {', '.join(str(s.index) for s in f)}"
+            for n, f in (("A", self.failed_a), ("B", self.failed_b))
+            if f
+        ]
+        return (
+            f"{'SAME' if self.identical else 'DIFFERENT'}: A={self._side(self.a_label, self.a)} "
+            f"B={self._side(self.b_label, self.b)}; {graphs}; {steps}" + (f"; {'; '.join(bad)}" if bad else "")
+        )
+
+    def text(self, limit: int = 12) -> str:
+        """The report: both runs, steps per pass side by side, the steps only one run made,
+        the nodes of each final graph without a counterpart, and the summary line."""
+        rows = [f"A: {self._side(self.a_label, self.a)}", f"B: {self._side(self.b_label, self.b)}"]
+        if not self.start.identical:
+            c = self.start.counts()
+            rows.append(
+                f"captured graphs differ: {c['structure']} nodes the same, {c['only_a']} only in A, {c['only_b']} only in B"
+            )
+        if self.groups:
+            w = max([len("pass"), *(len(p) for p in self.groups)])
+            rows.append(f"{'pass':{w}s}  {'A':>4s}  {'B':>4s}  same groups")
+            rows += [
+                f"{p:{w}s}  {na:4d}  {nb:4d}  {'yes' if same else 'no'}" for p, (na, nb, same) in self.groups.items()
+            ]
+        for title, steps in (("only in A", self.only_a), ("only in B", self.only_b)):
+            if steps:
+                rows.append(f"steps {title}:")
+                rows += [
+                    f"  step {s.index:3d}  {s.pass_name} / {s.pattern}: {len(s.sites)} sites "
+                    f"({', '.join(s.sites[:4])}{' ...' if len(s.sites) > 4 else ''})"
+                    for s in steps[:limit]
+                ] + ([f"  ... {len(steps) - limit} more"] if len(steps) > limit else [])
+        for title, names, t in (("A", self.final.only_a, self.a), ("B", self.final.only_b, self.b)):
+            if names:
+                g = t.graph_at(len(t.steps))
+                shown = ", ".join(f"{n} ({g.nodes[n].short_target})" for n in names[:limit])
+                rows.append(f"final nodes only in {title}: {shown}{' ...' if len(names) > limit else ''}")
+        for name, failed in (("A", self.failed_a), ("B", self.failed_b)):
+            for s in failed:
+                msg = (
+                    s.verify.message.splitlines()[0]
+                    if s.verify and s.verify.message
+                    else (s.error or {}).get("message", "")
+                )
+                rows.append(f"{name} step {s.index} ({s.pass_name} / {s.pattern}) fails: {msg}")
+        rows.append(self.summary())
+        return "\n".join(rows)
+
+    def to_json(self) -> dict:
+        """The comparison as plain data (``optimus compare --json``; docs/json.md)."""
+
+        def side(label: str, t: Trace, failed: list[Step]) -> dict:
+            return {
+                "label": label,
+                "model": t.model,
+                "torch": t.capture.get("torch"),
+                "nodes_before": t.nodes_before,
+                "nodes_after": t.nodes_after,
+                "steps": len(t.steps),
+                "failed_steps": [s.index for s in failed],
+            }
+
+        def steps(ss: list[Step]) -> list[dict]:
+            return [{"index": s.index, "pass": s.pass_name, "pattern": s.pattern, "sites": s.sites} for s in ss]
+
+        return {
+            "a": side(self.a_label, self.a, self.failed_a),
+            "b": side(self.b_label, self.b, self.failed_b),
+            "identical": self.identical,
+            "captured": {**self.start.counts(), "identical": self.start.identical},
+            "final": {
+                **self.final.counts(),
+                "identical": self.final.identical,
+                "only_a": self.final.only_a,
+                "only_b": self.final.only_b,
+                "pairs": [{"a": x, "b": y, "how": self.final.how[x]} for x, y in self.final.pairs.items()],
+            },
+            "passes": [{"pass": p, "a": na, "b": nb, "same_groups": same} for p, (na, nb, same) in self.groups.items()],
+            "steps_only_a": steps(self.only_a),
+            "steps_only_b": steps(self.only_b),
+            "summary": self.summary(),
+        }
+
+
+def _by_pass(steps: list[Step]) -> str:
+    if not steps:
+        return "none"
+    counts: dict[str, int] = {}
+    for s in steps:
+        counts[s.pass_name] = counts.get(s.pass_name, 0) + 1
+    return ", ".join(f"{p} x{n}" for p, n in counts.items())
+
+
+def compare_runs(a: Trace, b: Trace, a_label: str = "A", b_label: str = "B") -> RunComparison:
+    """Compare two runs of one model (see :class:`RunComparison`)."""
+    start = match_nodes(a.initial_graph, b.initial_graph)
+    back = {y: x for x, y in start.pairs.items()}
+    oa = origins(a)
+    ob = {n: frozenset(back.get(o, f"B:{o}") for o in s) for n, s in origins(b).items()}
+
+    def key(s: Step, o: dict) -> tuple[str, frozenset]:
+        return s.pass_name, frozenset().union(*(o.get(x, frozenset([x])) for x in s.sites)) if s.sites else frozenset()
+
+    ka = [key(s, oa) for s in a.steps if not s.error]
+    kb = [key(s, ob) for s in b.steps if not s.error]
+    out = RunComparison(
+        a_label, b_label, a, b, start, match_nodes(a.graph_at(len(a.steps)), b.graph_at(len(b.steps)), oa, ob)
+    )
+    sa, sb = set(ka), set(kb)
+    out.only_a = [s for s, k in zip((s for s in a.steps if not s.error), ka) if k not in sb]
+    out.only_b = [s for s, k in zip((s for s in b.steps if not s.error), kb) if k not in sa]
+    for p in dict.fromkeys([k[0] for k in ka] + [k[0] for k in kb]):
+        ga = sorted(map(sorted, (k[1] for k in ka if k[0] == p)))
+        gb = sorted(map(sorted, (k[1] for k in kb if k[0] == p)))
+        out.groups[p] = (len(ga), len(gb), ga == gb)
+    out.failed_a, out.failed_b = a.failed_steps(), b.failed_steps()
+    return out

@@ -201,12 +201,50 @@ def random_tensor(rec: NodeRecord, gen: torch.Generator | None = None) -> torch.
     return out
 
 
+def _int_ranges(snap: GraphSnapshot) -> dict:
+    """The ranges the graph's ops accept for its integer inputs
+    (:func:`optimus_lens.frontend.log_inputs.int_ranges`: embedding indices and offsets,
+    gathered and indexed sizes), read from the graph rebuilt with the recorded shapes; none
+    when it cannot be rebuilt."""
+    from optimus_lens.frontend.log_inputs import int_ranges
+
+    try:
+        gm = graph_module(snap)
+    except RebuildError:
+        return {}
+    for n in gm.graph.nodes:
+        rec = snap.nodes.get(n.name)
+        if rec is None:
+            continue
+        if isinstance(rec.shape, list) and all(type(d) is int for d in rec.shape):
+            n.meta["shape"] = rec.shape
+        dt = getattr(torch, rec.dtype, None) if rec.dtype else None
+        if isinstance(dt, torch.dtype):
+            n.meta["dtype"] = dt
+    return int_ranges(gm, {})
+
+
 def random_inputs(snap: GraphSnapshot, seed: int = 0) -> tuple[torch.Tensor, ...]:
     """One random tensor per placeholder of ``snap`` (graph order), seeded, with the
-    recorded shape, stride and dtype (:func:`random_tensor`). For a captured graph the
+    recorded shape, stride and dtype (:func:`random_tensor`); an integer input the graph's
+    ops bound (an embedding's indices, a bag's offsets, ...) gets values they accept
+    (:func:`optimus_lens.frontend.log_inputs.int_values`). For a captured graph the
     placeholders include the lifted parameters, so these are random weights too."""
+    from optimus_lens.frontend.log_inputs import int_values
+
     gen = torch.Generator().manual_seed(seed)
-    return tuple(random_tensor(r, gen) for r in snap.nodes.values() if r.op == "placeholder")
+    ranges = _int_ranges(snap)
+    out = []
+    for r in snap.nodes.values():
+        if r.op != "placeholder":
+            continue
+        t = random_tensor(r, gen)
+        rng = ranges.get(r.name)
+        if rng is not None and t.dim() >= 1 and (rng.offsets_of is None or t.dim() == 1):
+            vals = int_values(t.numel() if rng.offsets_of is None else t.shape[0], t.dtype, rng, gen)
+            t.copy_(vals.reshape(t.shape))
+        out.append(t)
+    return tuple(out)
 
 
 def propagate(gm: GraphModule, inputs: tuple) -> None:

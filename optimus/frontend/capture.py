@@ -47,13 +47,16 @@ class Captured:
     dynamo_graphs: int | None = None
     eager: list[str] = field(default_factory=list)
     dynamic: bool = False
+    #: where a graph read from a compile log came from (:meth:`LoggedGraph.info
+    #: <optimus_lens.frontend.compile_log.LoggedGraph.info>`); None for a captured model
+    log: dict | None = None
 
     def info(self) -> dict:
         """Plain-data summary stored in the Trace (``trace.capture``). ``dynamo_graphs``
         and ``breaks`` are what ``torch._dynamo.explain`` reports; ``graphs`` counts the
         graphs handed to the backend (recompilations included); ``eager`` names the code
         Dynamo ran outside any graph."""
-        return {
+        out = {
             "method": self.method,
             "dynamic": self.dynamic,
             "graphs": len(self.graphs),
@@ -65,10 +68,17 @@ class Captured:
             "seconds": round(self.seconds, 3),
             "torch": torch.__version__,
         }
+        if self.log is not None:  # the log's graphs of this artifact, not just the one loaded
+            out["log"] = self.log
+            out["graphs"] = self.log.get("graphs", out["graphs"])
+            out["graph_nodes"] = self.log.get("graph_nodes", out["graph_nodes"])
+        return out
 
     def summary(self) -> str:
         """For humans: the graph chosen, and every graph break (full reason) and piece of
         code run outside any graph, if there are any."""
+        if self.log is not None:
+            return _log_summary(self)
         n = len(self.graphs)
         base = f"captured {len(self.gm.graph.nodes)} nodes with {self.method} in {self.seconds:.2f} s"
         lines = []
@@ -108,6 +118,10 @@ def capture(
     nodes). Raises CaptureError with the tracer's message when the model cannot be
     captured, and ValueError for an unknown ``method`` or an out-of-range ``graph_index``.
     """
+    from optimus_lens.frontend.compile_log import is_logged
+
+    if isinstance(model, GraphModule) and is_logged(model):
+        return _logged(model, example_inputs, graph_index)
     if method not in METHODS:
         raise ValueError(f"capture method must be one of {METHODS}, not {method!r}")
     if not isinstance(example_inputs, tuple):
@@ -140,6 +154,55 @@ def capture(
     return Captured(
         gm, ex, graphs, graph_index, breaks, method, time.perf_counter() - t0, dynamo_graphs, eager, dynamic
     )
+
+
+def _logged(gm: GraphModule, example_inputs: tuple, graph_index: int | None) -> Captured:
+    """A graph read from a compile log (:mod:`optimus_lens.frontend.compile_log`) is already
+    the graph Dynamo captured: no tracing. Its graph breaks are the log's graphs;
+    ``graph_index`` picks another graph of the same artifact (the log's frames, in
+    order). Raises ValueError for an index outside them."""
+    from optimus_lens.frontend.compile_log import load_entry, read_log
+
+    t0 = time.perf_counter()
+    info = gm.meta["optimus_log"]
+    log = read_log(info["path"])
+    same = log.graphs(info["artifact"])
+    if graph_index is not None:
+        if not 0 <= graph_index < len(same):
+            raise ValueError(f"graph_index {graph_index} is outside 0..{len(same) - 1} (the log's {info['artifact']}s)")
+        loaded = load_entry(log, same[graph_index])
+        gm, example_inputs, info = loaded.gm, loaded.example_inputs, loaded.gm.meta["optimus_log"]
+    index = next((i for i, e in enumerate(same) if e.index == info["index"]), 0)
+    info = {**info, "graph_nodes": [e.nodes for e in same]}
+    breaks = [b for cid in log.breaks for b in log.breaks[cid]]
+    return Captured(
+        gm,
+        tuple(example_inputs),
+        [(gm, tuple(example_inputs))],
+        index,
+        breaks,
+        "log",
+        time.perf_counter() - t0,
+        len(log.graphs()),
+        [],
+        False,
+        info,
+    )
+
+
+def _log_summary(c: Captured) -> str:
+    info = c.log or {}
+    n = info.get("graphs", 1)
+    lines = [
+        f"read {info.get('compile_id')}:{info.get('artifact')} ({len(c.gm.graph.nodes)} nodes) from the compile log "
+        f"{info.get('path')} (torch {info.get('torch') or '?'}); it holds {n} {info.get('artifact')} graph(s)"
+        + (f", this is {c.graph_index} (0-based; --graph N picks another)" if n > 1 else "")
+    ]
+    for i, b in enumerate(c.breaks, 1):
+        lines.append(f"  break {i}: " + b.replace("\n", "\n    "))
+    for note in info.get("notes", []):
+        lines.append(f"  input: {note}")
+    return "\n".join(lines)
 
 
 def _copied(inputs: tuple) -> tuple:

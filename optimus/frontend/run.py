@@ -10,7 +10,10 @@ A model spec is one of
 * ``path/to/model.pt2``: a program saved by ``torch.export.save``, run on the example
   inputs it was exported with (:func:`load_exported`);
 * ``hf:NAME[?layers=N&hidden=N...]``: a HuggingFace ``transformers`` architecture built
-  offline from a small configuration with random weights (:mod:`optimus_lens.frontend.hf`).
+  offline from a small configuration with random weights (:mod:`optimus_lens.frontend.hf`);
+* ``log:PATH[#SELECTOR]``: a graph of a compile log (``TORCH_TRACE`` or
+  ``TORCH_COMPILE_DEBUG``), with example inputs made from its recorded metas
+  (:mod:`optimus_lens.frontend.compile_log`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ def load_model(spec: str) -> tuple[torch.nn.Module, tuple, str]:
         raise ModelSpecError(
             "empty model spec: use sample:NAME, package.module:factory, path/to/file.py:factory or path/to/model.pt2"
         )
+    if spec.startswith("log:"):
+        return _load_log(spec)
     if spec.endswith(".pt2"):
         return load_exported(spec)
     if spec.startswith("hf:"):
@@ -147,6 +152,18 @@ def _load_hf(spec: str) -> tuple[torch.nn.Module, tuple, str]:
         raise ModelSpecError(str(e)) from e
     except Exception as e:  # noqa: BLE001 - transformers refusing a configuration is the spec's problem
         raise ModelSpecError(f"{spec}: transformers cannot build it: {type(e).__name__}: {e}") from e
+
+
+def _load_log(spec: str) -> tuple[torch.nn.Module, tuple, str]:
+    """A graph of a compile log (:mod:`optimus_lens.frontend.compile_log`) as the model: the
+    GraphModule itself, which :func:`optimus_lens.frontend.capture.capture` takes as it is."""
+    from optimus_lens.frontend.compile_log import LogError, load_log
+
+    try:
+        loaded = load_log(spec)
+    except LogError as e:
+        raise ModelSpecError(str(e)) from e
+    return loaded.gm, loaded.example_inputs, spec
 
 
 def _import_module(name: str):

@@ -279,6 +279,21 @@ def _previous_stage(stages: list[Stage], i: int) -> int | None:
     return next((j for j in range(i - 1, -1, -1) if stages[j].kind in ("baseline", "pass", "prepack")), None)
 
 
+def stage_kernels(st: Stage, device: str, mode: str) -> dict:
+    """What Inductor generates for one stage on ``device`` in ``mode``
+    (:func:`optimus_lens.perf.kernels.count_kernels`) as plain data; ``{"error": ...}`` when
+    the stage does not compile."""
+    from optimus_lens.perf.kernels import count_kernels
+
+    gm = st.gm.to(device)
+    gm.recompile()
+    ins = tuple(_to(x, device) for x in st.inputs)
+    try:
+        return count_kernels(make_call(torch.compile(gm, backend="inductor"), ins, mode)).to_json()
+    except Exception as e:  # noqa: BLE001 - a stage Inductor cannot compile is a finding, not a crash
+        return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
+
+
 def bench_pipeline(
     spec,
     passes: list[str] | None = None,
@@ -297,11 +312,14 @@ def bench_pipeline(
     threads: int | None = None,
     final_only: bool = False,
     pipeline=None,
+    kernels: bool = False,
 ) -> BenchResult:
     """Build the stages (:func:`optimus_lens.perf.stages.build_stages`) and time them (:func:`measure`): what
     ``optimus bench`` and the app's timing panel run. ``threads`` sets
     ``torch.set_num_threads`` for the run (restored after). ``capture_method`` and
-    ``graph_index`` pick the same graph a run showed (graph breaks)."""
+    ``graph_index`` pick the same graph a run showed (graph breaks). With ``kernels``,
+    each stage is also compiled with Inductor and what it generates is counted
+    (:func:`stage_kernels`)."""
     old = torch.get_num_threads()
     if threads is not None:
         if threads < 1:
@@ -322,6 +340,9 @@ def bench_pipeline(
             pipeline,
         )
         out = measure(stages, repeats, warmup, device, compile, mode, progress)
+        if kernels:
+            for st, t in zip(stages, out.stages):
+                t.kernels = stage_kernels(st, device or ("cuda" if torch.cuda.is_available() else "cpu"), mode)
     finally:
         torch.set_num_threads(old)
     out.threads = threads or (None if out.method == "cuda-events" else old)

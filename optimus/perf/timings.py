@@ -54,6 +54,9 @@ class StageTiming:
     vs_previous: float | None = None
     vs_previous_p10: float | None = None
     vs_previous_p90: float | None = None
+    #: with ``kernels``: what Inductor generates for the stage
+    #: (:meth:`optimus_lens.perf.kernels.KernelCount.to_json`), or ``{"error": ...}``
+    kernels: dict | None = None
 
     @property
     def noisy(self) -> bool:
@@ -111,7 +114,23 @@ class StageTiming:
                     "compiled_peak_bytes": self.compiled_peak_bytes,
                 }
             )
+        if self.kernels is not None:
+            out["kernels"] = self.kernels
         return out
+
+    def kernels_text(self) -> str:
+        """What Inductor generated for the stage in words (kernels, launches, extern calls
+        with their names); empty when not counted."""
+        return "" if self.kernels is None else _kernel_text(self.kernels)
+
+    def kernels_cell(self) -> str:
+        """The kernels column: ``generated kernels + extern calls`` (``5+2``), ``-`` if not counted."""
+        k = self.kernels
+        if k is None:
+            return "-"
+        if "error" in k:
+            return "error"
+        return f"{k['kernels']}+{k['extern_calls']}"
 
 
 @dataclass
@@ -194,11 +213,14 @@ class BenchResult:
     def table(self) -> str:
         """The result as a plain-text table (what ``optimus bench`` prints)."""
         compiled = any(s.compiled_median_ms is not None for s in self.stages)
+        kernels = any(s.kernels is not None for s in self.stages)
         w = max([len("stage"), *(len(s.stage) for s in self.stages)])
         head = (
             f"{'stage':{w}s} {'nodes':>6s} {'median ms':>10s} {'p10..p90 ms':>17s} {'speedup':>8s} "
             f"{'vs prev (p10..p90)':>20s} {'peak MiB':>9s}"
         )
+        if kernels:
+            head += f" {'kernels+ext':>11s}"
         if compiled:
             head += f" {'compiled ms':>11s} {'c.speedup':>9s} {'compile s':>9s}"
         rows = [head]
@@ -213,9 +235,14 @@ class BenchResult:
                 f"{s.stage:{w}s} {s.nodes:6d} {s.median_ms:10.3f} {s.p10_ms:8.3f}..{s.p90_ms:<8.3f} "
                 f"{s.speedup:7.2f}x {prev:>20s} {s.peak_bytes / 2**20:9.2f}"
             )
+            if kernels:
+                row += f" {s.kernels_cell():>11s}"
             if compiled and s.compiled_median_ms is not None:
                 row += f" {s.compiled_median_ms:11.3f} {s.compiled_speedup or 0:8.2f}x {s.compile_s or 0:9.1f}"
             rows.append(row)
+        if kernels:
+            rows.append("kernels+ext: kernels Inductor generated + extern (library) calls per call of the graph:")
+            rows += [f"  {s.stage}: {s.kernels_text()}" for s in self.stages if s.kernels is not None]
         if self.unchanged:
             rows.append(f"no change (not timed): {', '.join(self.unchanged)}")
         for k, v in self.ratios().items():
@@ -234,6 +261,21 @@ class BenchResult:
         )
         rows.append(f"device {self.device}{threads}, {self.mode}, {self.method}; peak memory {peak}")
         return "\n".join(rows)
+
+
+def _kernel_text(k: dict) -> str:
+    if "error" in k:
+        return f"not counted: {k['error']}"
+    names = ", ".join(k["kernel_names"][:6]) + (
+        f", ... {len(k['kernel_names']) - 6} more" if len(k["kernel_names"]) > 6 else ""
+    )
+    ext = ", ".join(f"{n} x{c}" for n, c in k["extern"].items())
+    return (
+        f"{k['kernels']} kernel(s), {k['launches']} launch(es)"
+        + (f" ({names})" if names else "")
+        + f"; {k['extern_calls']} extern call(s)"
+        + (f": {ext}" if ext else "")
+    )
 
 
 @dataclass

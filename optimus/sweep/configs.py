@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -126,10 +127,27 @@ def check_configs(configs: list[SweepConfig], cwd: str | None = None) -> None:
             raise SweepError(f"config {c.name!r}: {e.args[0] if isinstance(e, KeyError) else e}") from e
 
 
+def _log_graphs(spec: str) -> list[str]:
+    """``log:PATH#*``: one spec per Dynamo graph of the log (its frames, graph breaks
+    included). Raises SweepError when the path holds no log."""
+    from optimus_lens.frontend.compile_log import LogError, read_log
+
+    path = spec.removeprefix("log:")[:-2]
+    try:
+        log = read_log(path)
+    except LogError as e:
+        raise SweepError(str(e)) from e
+    graphs = log.graphs()
+    if not graphs:
+        raise SweepError(f"{path}: the log holds no dynamo_output_graph")
+    return [f"log:{path}#{e.compile_id}" for e in graphs]
+
+
 def expand_specs(specs: Iterable[str], models_file: str | None = None) -> list[str]:
     """The model specs of a sweep, in order, without repeats: ``specs`` then the lines of
     ``models_file`` (``#`` starts a comment). ``sample:*`` stands for every sample model
-    and ``hf:*`` for every architecture of :mod:`optimus_lens.frontend.hf`. Raises SweepError for an
+    and ``hf:*`` for every architecture of :mod:`optimus_lens.frontend.hf`, ``log:PATH#*`` for
+    every Dynamo graph of a compile log. Raises SweepError for an
     unreadable models file, an unknown sample or HF architecture or a bad ``hf:`` size
     parameter (checked here, cheaply), or when no spec is left; other specs are loaded
     by their runs, where a failure is that run's row."""
@@ -142,13 +160,16 @@ def expand_specs(specs: Iterable[str], models_file: str | None = None) -> list[s
             text = Path(models_file).read_text()
         except OSError as e:
             raise SweepError(f"cannot read models file {models_file}: {e}") from e
-        items += [line.split("#", 1)[0].strip() for line in text.splitlines()]
+        # `#` starts a comment at the start of a line or after a space (log:PATH#SELECTOR keeps its own)
+        items += [re.split(r"(?:^|\s)#", line, maxsplit=1)[0].strip() for line in text.splitlines()]
     out: list[str] = []
     for s in filter(None, items):
         if s == "sample:*":
             out += [f"sample:{n}" for n, _, _ in sample_list()]
         elif s == "hf:*":
             out += [spec for spec, _, _ in hf_list()]
+        elif s.startswith("log:") and s.endswith("#*"):
+            out += _log_graphs(s)
         else:
             out.append(s)
     out = list(dict.fromkeys(out))

@@ -10,12 +10,16 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import signal
+import sys
 import threading
 import time
+import types
+from contextlib import contextmanager
 
 from optimus_lens.sweep.task import RunTask, execute, failed_row
 
 _CTX_LOCK = threading.Lock()
+_MAIN_LOCK = threading.Lock()
 _CTX: mp.context.BaseContext | None = None
 _LIVE: set = set()  # child processes running now (killed on interrupt)
 #: imported once by the fork server (Dynamo's and Inductor's modules cost seconds to import)
@@ -45,7 +49,8 @@ def _context():
             ctx = mp.get_context("forkserver")
             ctx.set_forkserver_preload(PRELOAD + (["transformers"] if importlib.util.find_spec("transformers") else []))
             warm = ctx.Process(target=_noop, daemon=True)  # the server imports before its first fork:
-            warm.start()  # wait for that here, not on a run's clock
+            with _without_main():
+                warm.start()  # wait for that here, not on a run's clock
             warm.join()
             _CTX = ctx
         return _CTX
@@ -53,6 +58,23 @@ def _context():
 
 def _noop() -> None:
     pass
+
+
+@contextmanager
+def _without_main():
+    """Start children without re-running the caller's ``__main__``: multiprocessing's
+    spawn preparation re-imports it in each child from its ``__file__``, and a runner whose
+    ``__main__`` is a script that cannot be re-run (Streamlit's script runner, AppTest's
+    temporary script, a notebook) would kill every child before it reports. The child's
+    target lives in this module, so it needs nothing from ``__main__``."""
+    with _MAIN_LOCK:
+        saved = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            if saved is not None:
+                sys.modules["__main__"] = saved
 
 
 def _child(task: RunTask, conn) -> None:
@@ -95,7 +117,8 @@ def run_isolated(task: RunTask) -> dict:
     recv, send = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_child, args=(task, send), name=f"optimus sweep {task.key}", daemon=True)
     t0 = time.monotonic()
-    p.start()
+    with _without_main():
+        p.start()
     send.close()
     _LIVE.add(p)
     row, timed_out = None, False
