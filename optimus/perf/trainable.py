@@ -1,0 +1,345 @@
+"""A module users can train: the transformed graph run eagerly, with packed parameters.
+
+:func:`transform` captures a model (Dynamo, one graph), runs the Optimus pipeline over it
+(verified against the captured graph), then, in training, packs the parameters each fused
+group stacks (:mod:`optimus_lens.perf.pack`, :mod:`optimus_lens.perf.packed`) or, in
+inference, folds those stacks into constants (:mod:`optimus_lens.perf.prepack`). It
+returns a :class:`TransformedModule`: an ``nn.Module`` that runs that graph and holds the
+model's own state: ``parameters()``, ``buffers()``, ``named_modules()``,
+``state_dict()`` / ``load_state_dict()`` are the model's (the same objects, the same
+keys), so an optimizer built from ``model.parameters()`` before or after steps the module.
+The run's Trace (pipeline steps, then one ``pack_parameters`` or ``prepack_weights`` step
+per group, refusals included) is ``module.trace``.
+
+Per call, in order (docs/training.md has the lifetime rules):
+
+* a parameter, buffer or submodule re-registered on the model since (``model.fc.weight =
+  nn.Parameter(...)``, ``load_state_dict(assign=True)``) is picked up; a replaced
+  submodule means the graph no longer matches the model's code: the module runs the
+  model's own ``forward`` from then on;
+* in another mode than captured (``eval()`` on a training transform, ``train()`` on an
+  inference one), or with inputs of other shapes, dtypes, devices or strides, or other
+  non-tensor arguments than the example's (the graph is specialised to them), the call
+  runs the model's own ``forward`` (warned once);
+* in training, each packed group checks that its parameters still alias the pack (one
+  ``data_ptr`` per parameter) and re-links or falls back to the unpacked graph
+  (:meth:`optimus_lens.perf.packed.PackedGroup.repair`).
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.fx import GraphModule
+from torch.utils import _pytree as pytree
+
+from optimus_lens.core.trace import Trace
+from optimus_lens.perf.packed import PackedGroup
+
+MODES = ("training", "inference")
+
+
+class TransformError(ValueError):
+    """The model cannot be transformed into a module (graph breaks, outputs built outside
+    the graph, a failed verification, unsupported inputs)."""
+
+
+@dataclass
+class Program:
+    """One graph and what its placeholders read: ``template`` holds the bound values
+    (parameters, buffers, constants, packed leaves), ``user`` the (placeholder, input
+    leaf) pairs filled per call."""
+
+    gm: GraphModule
+    template: list
+    user: list[tuple[int, int]]
+    packs: list[tuple[int, PackedGroup]] = field(default_factory=list)
+    #: placeholder -> ("param" | "buffer", name on the model): what a re-registration re-binds
+    bound: dict[int, tuple[str, str]] = field(default_factory=dict)
+    run: Callable | None = None  # the callable (the GraphModule, or it compiled)
+
+    def __call__(self, leaves) -> tuple:
+        args = list(self.template)
+        for i, j in self.user:
+            args[i] = leaves[j]
+        out = (self.gm if self.run is None else self.run)(*args)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    def refresh_packs(self) -> None:
+        for i, g in self.packs:
+            self.template[i] = g.leaf
+
+
+_WATCHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_HOOKS: list = []
+
+
+def _on_register(module, name, value):
+    for t in list(_WATCHED.get(module, ())):
+        t._stale = True
+    return None
+
+
+def _on_module_register(module, name, value):
+    for t in list(_WATCHED.get(module, ())):
+        t._stale = True
+        t._replaced_modules = True
+    return None
+
+
+def _watch(t: TransformedModule, model: nn.Module) -> None:
+    if not _HOOKS:
+        from torch.nn.modules import module as mm
+
+        _HOOKS.append(mm.register_module_parameter_registration_hook(_on_register))
+        _HOOKS.append(mm.register_module_buffer_registration_hook(_on_register))
+        _HOOKS.append(mm.register_module_module_registration_hook(_on_module_register))
+    for m in model.modules():
+        _WATCHED.setdefault(m, weakref.WeakSet()).add(t)
+
+
+class TransformedModule(nn.Module):
+    """``model`` running the transformed graph (see the module doc). Attributes:
+    ``trace`` (the run's Trace), ``mode``, ``plan`` (the :class:`~optimus_lens.perf.pack.PackPlan`
+    in training, else None), ``groups`` (the live :class:`~optimus_lens.perf.packed.PackedGroup`
+    s), ``prepacked`` (inference: :class:`~optimus_lens.perf.prepack.Prepacked`), ``events``
+    (what happened at run time: re-links, fallbacks). Other attributes are the model's."""
+
+    def __init__(self, model: nn.Module, mode: str, trace: Trace, programs: dict, binding: dict):
+        super().__init__()
+        self._parameters = model._parameters
+        self._buffers = model._buffers
+        self._modules = model._modules
+        self._non_persistent_buffers_set = model._non_persistent_buffers_set
+        object.__setattr__(self, "_original", model)
+        self.training = mode == "training"
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "trace", trace)
+        object.__setattr__(self, "_programs", programs)
+        object.__setattr__(self, "_b", binding)
+        object.__setattr__(self, "plan", binding.get("plan"))
+        object.__setattr__(self, "groups", binding.get("groups", []))
+        object.__setattr__(self, "prepacked", binding.get("prepacked"))
+        object.__setattr__(self, "events", [])
+        object.__setattr__(self, "_stale", False)
+        object.__setattr__(self, "_replaced_modules", False)
+        object.__setattr__(self, "_eager_reason", "")
+        object.__setattr__(self, "_warned", set())
+        object.__setattr__(self, "_unpacked", not binding.get("groups"))
+        _watch(self, model)
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            original = self.__dict__.get("_original")
+            if original is None:
+                raise
+            return getattr(original, name)
+
+    def extra_repr(self) -> str:
+        packed = f", packed groups={len(self.groups)}" if self.mode == "training" else ""
+        return f"mode={self.mode!r}{packed}, steps={len(self.trace.steps)}"
+
+    # -- the model's state, exactly ------------------------------------------------------
+
+    def state_dict(self, *args, **kwargs):
+        """The model's ``state_dict`` (same keys, the parameters' current values)."""
+        return self._original.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """The model's ``load_state_dict``: values are copied into the parameters (so into
+        the packs); in inference the pre-packed constants are re-packed after it."""
+        out = self._original.load_state_dict(state_dict, strict=strict, assign=assign)
+        object.__setattr__(self, "_stale", True)
+        self.refresh()
+        return out
+
+    def _apply(self, fn, recurse: bool = True):
+        out = super()._apply(fn, recurse)
+        if self.mode == "inference":
+            for prog in self._programs.values():
+                prog.gm._apply(fn)
+        object.__setattr__(self, "_stale", True)
+        return out
+
+    def compile_graphs(self, **torch_compile_kwargs) -> None:
+        """Run every graph of the module (packed and unpacked) through
+        ``torch.compile(graph, **torch_compile_kwargs)`` from the next call on."""
+        for prog in self._programs.values():
+            prog.run = torch.compile(prog.gm, **torch_compile_kwargs)
+
+    def refresh(self) -> None:
+        """Catch up with the model now (what a call does first): re-bound parameters and
+        buffers, re-links, and in inference the pre-packed constants re-packed where their
+        parameters changed (:func:`optimus_lens.perf.prepack.refresh`)."""
+        if self._stale:
+            self._rebind()
+        self._check_packs()
+        if self.mode == "inference" and self.prepacked is not None and self.prepacked.constants:
+            from optimus_lens.perf.prepack import refresh
+
+            refresh(self._programs["graph"].gm)
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        if self._stale:
+            self._rebind()
+        b = self._b
+        why = self._eager_reason
+        if not why and self.training != (self.mode == "training"):
+            why = f"the module is in {'train' if self.training else 'eval'} mode; it was transformed for {self.mode}"
+        leaves = None
+        if not why:
+            leaves, why = self._leaves(args, kwargs)
+        if why:
+            return self._eager(why, args, kwargs)
+        if self.mode == "inference":
+            with torch.no_grad():
+                outs = self._programs["graph"](leaves)
+        else:
+            outs = self._program()(leaves)
+        return self._outputs(outs, b)
+
+    def _leaves(self, args, kwargs):
+        b = self._b
+        if not kwargs and b["flat"] and len(args) == len(b["in_meta"]):
+            leaves = args
+        else:
+            leaves, spec = pytree.tree_flatten((args, kwargs))
+            if spec != b["in_spec"]:
+                return None, "the call's arguments are not structured as the example inputs"
+        for x, meta in zip(leaves, b["in_meta"]):
+            if isinstance(meta, tuple):
+                if not isinstance(x, torch.Tensor) or (x.shape, x.dtype, x.device, x.stride()) != meta:
+                    return None, "an input's shape, dtype, device or strides differ from the example inputs'"
+            elif x is not meta and (type(x) is not type(meta) or x != meta):
+                return None, "a non-tensor argument differs from the example's (the graph is specialised to it)"
+        return leaves, ""
+
+    def _program(self) -> Program:
+        if not self._unpacked and not self._check_packs():
+            return self._programs["unpacked"]
+        return self._programs["packed" if not self._unpacked else "unpacked"]
+
+    def _check_packs(self) -> bool:
+        """True while every group is intact or repaired; else switch to the unpacked graph."""
+        if self._unpacked or self.mode != "training":
+            return not self._unpacked
+        broken = [g for g in self.groups if not g.intact()]
+        if not broken:
+            return True
+        for g in broken:
+            if g.repair():
+                self.events.append(f"re-linked {g.spec.name} ({g.spec.params[0]}, ...)")
+            else:
+                object.__setattr__(self, "_unpacked", True)
+                self._warn(f"packed group {g.spec.name} cannot be kept ({g.why_not()}): running the unpacked graph")
+                return False
+        self._programs["packed"].refresh_packs()
+        return True
+
+    def _eager(self, why: str, args, kwargs):
+        self._warn(f"running the model's own forward: {why}")
+        original = self._original
+        was = original.training
+        original.training = self.training
+        try:
+            return original(*args, **kwargs)
+        finally:
+            original.training = was
+
+    def _outputs(self, outs: tuple, b: dict):
+        if b["out_single"]:
+            return outs[0]
+        values = list(b["out_consts"])
+        for k, i in enumerate(b["out_tensor_slots"]):
+            values[i] = outs[k]
+        return pytree.tree_unflatten(values, b["out_spec"])
+
+    def _warn(self, text: str) -> None:
+        self.events.append(text)
+        if text not in self._warned:
+            self._warned.add(text)
+            warnings.warn(f"optimus_lens.transform: {text}", stacklevel=3)
+
+    def _rebind(self) -> None:
+        """Re-read every bound parameter and buffer from the model by name."""
+        object.__setattr__(self, "_stale", False)
+        if self._replaced_modules:
+            object.__setattr__(
+                self,
+                "_eager_reason",
+                "a submodule was replaced after transform; the graph no longer matches the model's code",
+            )
+            return
+        model = self._original
+        for prog in self._programs.values():
+            for i, (kind, name) in prog.bound.items():
+                try:
+                    now = model.get_parameter(name) if kind == "param" else model.get_buffer(name)
+                except AttributeError:
+                    object.__setattr__(self, "_eager_reason", f"{kind} {name} is no longer on the model")
+                    return
+                old = prog.template[i]
+                if now is not old:
+                    if not isinstance(old, torch.Tensor) or now.shape != old.shape or now.dtype != old.dtype:
+                        object.__setattr__(
+                            self, "_eager_reason", f"{name} was replaced by a tensor of another shape or dtype"
+                        )
+                        return
+                    prog.template[i] = now
+        for g in self.groups:
+            for k, name in enumerate(g.spec.params):
+                now = model.get_parameter(name)
+                if now is not g.params[k]:
+                    g.params[k] = now
+                    g.ptrs[k] = -1  # not linked: the next check re-links the group
+        self._check_packs()
+
+
+def parameter_refusals(model: nn.Module) -> dict[int, str]:
+    """Reasons, by ``id`` of the parameter, that a parameter must not be packed: tied (the
+    same object under two names), gradient hooks (its own or a distributed wrapper's, which
+    would not fire), a tensor subclass (DTensor: FSDP2, tensor parallel), a view into
+    another tensor's storage (FSDP's flat parameters, a user's flat buffer, an earlier
+    transform). A model wrapped in DDP or FSDP refuses all of them."""
+    out: dict[int, str] = {}
+    wrapper = _distributed_wrapper(model)
+    seen: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if wrapper:
+            out[id(p)] = f"the model is wrapped in {wrapper}, whose per-parameter gradient hooks would not fire"
+        elif id(p) in seen:
+            out[id(p)] = f"tied: the same parameter is {seen[id(p)]} and {name}"
+        elif getattr(p, "_backward_hooks", None) or getattr(p, "_post_accumulate_grad_hooks", None):
+            out[id(p)] = "has gradient hooks (its own or a distributed wrapper's): they would not fire"
+        elif type(p) is not nn.Parameter or type(p.data) is not torch.Tensor:
+            out[id(p)] = f"is a {type(p.data).__name__} ({type(p).__name__}), not a plain tensor"
+        elif p.untyped_storage().nbytes() != p.numel() * p.element_size() or p.storage_offset() != 0:
+            out[id(p)] = "shares its storage with other tensors (a view into a flat buffer or an earlier pack)"
+        seen.setdefault(id(p), name)
+    return out
+
+
+def _distributed_wrapper(model: nn.Module) -> str:
+    if not torch.distributed.is_available():
+        return ""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        return "DistributedDataParallel"
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+            return "FullyShardedDataParallel"
+    except ImportError:  # pragma: no cover - FSDP absent in this build
+        pass
+    return ""
