@@ -37,13 +37,16 @@ def add_parsers(sub) -> None:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    """Write the HTML report of a saved trace (:func:`optimus_lens.viz.report.write_report`) and
-    print its size. Raises BadInput when the trace cannot be read or the file written."""
+    """Write the HTML report of a saved trace (:func:`optimus_lens.viz.report.write_report`, its
+    steps' pattern facts from :func:`optimus_lens.passes.pass_catalogue`) and print its size.
+    Raises BadInput when the trace cannot be read or the file written."""
+    from optimus_lens.passes import pass_catalogue
+    from optimus_lens.viz import ViewOptions
     from optimus_lens.viz.report import write_report
 
     trace = load_trace(a.trace)
     try:
-        size = write_report(trace, a.output, hops=a.hops)
+        size = write_report(trace, a.output, catalogue=pass_catalogue(), opts=ViewOptions(hops=a.hops))
     except OSError as e:
         raise BadInput(f"cannot write {a.output}: {e}") from e
     print(f"wrote {a.output}: {size / 1e6:.2f} MB, {len(trace.steps)} steps")
