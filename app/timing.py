@@ -70,7 +70,9 @@ def show_result(b) -> None:
         st.plotly_chart(ct, width="stretch")
     if b.unchanged:
         st.caption(f"No change (no step, not timed): {', '.join(b.unchanged)}")
-    if b.bytes_packed:
+    if b.bytes_packed and b.mode == "training":
+        st.caption(f"Packed parameters (stage `packed`): {b.bytes_packed:,} bytes, one leaf per fused group.")
+    elif b.bytes_packed:
         st.caption(f"Pre-packed weights: {b.bytes_packed:,} bytes folded into constants once (inference).")
     st.dataframe(pd.DataFrame(viz.bench_rows(b)), hide_index=True, width="stretch")
 
@@ -84,7 +86,10 @@ def timing_panel(trace, ss: MutableMapping) -> None:
     c = st.columns([1, 1, 1, 1, 1, 2], vertical_alignment="bottom")
     repeats = c[0].number_input("Repeats", 3, 200, 20, key="repeats")
     mode = c[1].selectbox(
-        "Mode", MODES, key="bench_mode", help="inference: no_grad, weights pre-packed; training: forward + backward"
+        "Mode",
+        MODES,
+        key="bench_mode",
+        help="inference: no_grad, weights pre-packed; training: forward + backward, parameters packed (stage packed)",
     )
     compile = c[2].checkbox(
         "torch.compile",

@@ -356,3 +356,32 @@ def test_compile_with_pack_trains_like_eager_under_a_torch_compile_backend(pair)
             _loss(m, _x(step, inputs)).backward()
             o.step()
         _close(eager, t)
+
+
+def test_a_ddp_wrapped_model_is_refused_with_the_way_to_do_it():
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29531", rank=0, world_size=1)
+    try:
+        model, inputs = _towers()
+        wrapped = DistributedDataParallel(model)
+        assert "DistributedDataParallel" in parameter_refusals(wrapped)[id(model.towers[0].fc1.weight)]
+        with pytest.raises(optimus_lens.perf.trainable.TransformError, match="transform the module it wraps"):
+            optimus_lens.transform(wrapped, inputs, verify="off")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_with_several_ranks_the_packed_module_runs_unpacked_so_ddp_hooks_see_every_gradient(pair, monkeypatch):
+    eager, t, inputs = pair
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
+    seen = []
+    hook = t.towers[0].fc1.weight.register_post_accumulate_grad_hook(lambda p: seen.append(p))
+    with pytest.warns(UserWarning, match="2 ranks"):
+        _loss(t, _x(0, inputs)).backward()
+    hook.remove()
+    _loss(eager, _x(0, inputs)).backward()
+    assert seen == [t.towers[0].fc1.weight]  # its own AccumulateGrad ran: DDP's reducer would be told
+    _close(eager, t)

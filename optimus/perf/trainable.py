@@ -224,6 +224,12 @@ class TransformedModule(nn.Module):
         return leaves, ""
 
     def _program(self) -> Program:
+        if not self._unpacked and distributed_run():
+            object.__setattr__(self, "_unpacked", True)
+            self._warn(
+                f"a process group of {distributed_run()} ranks is initialised: packed parameters' gradients would "
+                "bypass DDP/FSDP's per-parameter hooks, so the module runs the unpacked graph"
+            )
         if not self._unpacked and not self._check_packs():
             return self._programs["unpacked"]
         return self._programs["packed" if not self._unpacked else "unpacked"]
@@ -311,7 +317,7 @@ def parameter_refusals(model: nn.Module) -> dict[int, str]:
     another tensor's storage (FSDP's flat parameters, a user's flat buffer, an earlier
     transform). A model wrapped in DDP or FSDP refuses all of them."""
     out: dict[int, str] = {}
-    wrapper = _distributed_wrapper(model)
+    wrapper = distributed_wrapper(model)
     seen: dict[int, str] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         if wrapper:
@@ -328,7 +334,9 @@ def parameter_refusals(model: nn.Module) -> dict[int, str]:
     return out
 
 
-def _distributed_wrapper(model: nn.Module) -> str:
+def distributed_wrapper(model: nn.Module) -> str:
+    """The name of the distributed wrapper ``model`` is or holds (DistributedDataParallel,
+    FullyShardedDataParallel, an FSDP2 ``fully_shard`` module), or ''."""
     if not torch.distributed.is_available():
         return ""
     from torch.nn.parallel import DistributedDataParallel
@@ -336,10 +344,21 @@ def _distributed_wrapper(model: nn.Module) -> str:
     if isinstance(model, DistributedDataParallel):
         return "DistributedDataParallel"
     try:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
-            return "FullyShardedDataParallel"
+        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
     except ImportError:  # pragma: no cover - FSDP absent in this build
-        pass
+        return ""
+    for m in model.modules():
+        if isinstance(m, FullyShardedDataParallel):
+            return "FullyShardedDataParallel"
+        if isinstance(m, FSDPModule):
+            return "FSDP2 (fully_shard)"
     return ""
+
+
+def distributed_run() -> int:
+    """The world size of an initialised process group with more than one rank, else 0."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        n = dist.get_world_size()
+        return n if n > 1 else 0
+    return 0

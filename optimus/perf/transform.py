@@ -17,7 +17,14 @@ from torch.utils import _pytree as pytree
 
 from optimus_lens.perf.pack import LAYOUTS, pack_graph
 from optimus_lens.perf.packed import PackedGroup
-from optimus_lens.perf.trainable import MODES, Program, TransformedModule, TransformError, parameter_refusals
+from optimus_lens.perf.trainable import (
+    MODES,
+    Program,
+    TransformedModule,
+    TransformError,
+    distributed_wrapper,
+    parameter_refusals,
+)
 
 
 def transform(
@@ -50,8 +57,9 @@ def transform(
     The model's parameters stay the module's (``parameters()`` yields the same objects;
     packed ones become views into their pack, see docs/training.md). Raises ValueError for
     a bad ``mode`` / ``layout``, TypeError when ``model`` is not an ``nn.Module``,
-    :class:`~optimus_lens.perf.trainable.TransformError` (graph breaks, outputs built
-    outside the graph, a failed verification), and what :func:`optimize` raises.
+    :class:`~optimus_lens.perf.trainable.TransformError` (a DDP / FSDP-wrapped model,
+    graph breaks, outputs built outside the graph, a failed verification), and what
+    :func:`optimize` raises.
     """
     from optimus_lens.frontend.capture import capture
     from optimus_lens.frontend.run import optimize
@@ -62,6 +70,12 @@ def transform(
         raise ValueError(f"layout must be one of {LAYOUTS}, not {layout!r}")
     if not isinstance(model, nn.Module):
         raise TypeError(f"transform takes an nn.Module, not {type(model).__name__}")
+    wrapper = distributed_wrapper(model)
+    if wrapper:
+        raise TransformError(
+            f"the model is wrapped in {wrapper}, whose forward does the collective work: transform the module it "
+            "wraps and wrap the result (with pack=False: packed parameters' gradients bypass its hooks)"
+        )
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     training = mode == "training"
     model.train(training)
