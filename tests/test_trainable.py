@@ -385,3 +385,36 @@ def test_with_several_ranks_the_packed_module_runs_unpacked_so_ddp_hooks_see_eve
     _loss(eager, _x(0, inputs)).backward()
     assert seen == [t.towers[0].fc1.weight]  # its own AccumulateGrad ran: DDP's reducer would be told
     _close(eager, t)
+
+
+class _Normed(nn.Module):
+    """Five linears on one input, then a BatchNorm: a buffer the graph updates in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.fcs = nn.ModuleList(nn.Linear(6, 6) for _ in range(5))
+        self.bn = nn.BatchNorm1d(30)
+
+    def forward(self, x):
+        return self.bn(torch.cat([f(x) for f in self.fcs], 1))
+
+
+def test_buffers_are_updated_in_place_and_a_buffer_model_to_replaced_is_followed():
+    torch.manual_seed(0)
+    model = _Normed()
+    eager = copy.deepcopy(model).train()
+    t = optimus_lens.transform(model, (torch.randn(8, 6),), verify="off")
+    assert t.groups  # batch_linear_lhs packs the five weights and biases
+    for step in range(2):
+        x = torch.randn(8, 6, generator=torch.Generator().manual_seed(step))
+        torch.testing.assert_close(t(x), eager(x), **TOL)
+    torch.testing.assert_close(t.bn.running_mean, eager.bn.running_mean, **TOL)
+    assert t.bn.num_batches_tracked.item() == 2
+    # a buffer object replaced behind the module's back, as Module._apply (model.to) does
+    for m in (model, eager):
+        m.bn._buffers["running_mean"] = torch.full((30,), 0.5)
+    x = torch.randn(8, 6, generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(t(x), eager(x), **TOL)
+    assert t.bn.running_mean is model.bn._buffers["running_mean"]
+    torch.testing.assert_close(t.bn.running_mean, eager.bn.running_mean, **TOL)
+    assert not torch.equal(t.bn.running_mean, torch.full((30,), 0.5))  # the graph updated the new buffer

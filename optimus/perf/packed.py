@@ -10,21 +10,24 @@ always reads current values and nothing is ever stale. This is how FSDP keeps it
 flat parameter, their gradients views into its gradient).
 
 Gradients: autograd accumulates the group's gradient into the packed leaf's ``.grad``
-(one AccumulateGrad, no unbind). Two hooks keep each parameter's ``.grad`` a view of it:
+(one AccumulateGrad, no unbind). The group keeps one gradient buffer, laid out as the
+leaf, whose views are the parameters' ``.grad``; two hooks on the leaf keep it so:
 
 * before the accumulation (a tensor hook on the leaf), the leaf's ``.grad`` is made to
-  hold what the parameters' ``.grad`` say: left alone when every parameter's ``.grad``
-  is still its view of it (accumulation goes on in place, as after
-  ``zero_grad(set_to_none=False)``, which zeroes the views in place); set to None when
-  every one is None (after ``zero_grad(set_to_none=True)``: autograd then stores the new
-  gradient itself); otherwise a fresh tensor holding each parameter's ``.grad``, zeros
-  for None ones (a user who assigned a ``.grad``, or a gradient left from before packing);
-* after it (a post-accumulate-grad hook), every parameter whose ``.grad`` is not its
-  view of the leaf's ``.grad`` gets it.
+  hold what the parameters' ``.grad`` say: left as the buffer when every parameter's
+  ``.grad`` is still its view (accumulation goes on in place, as over micro-batches or
+  after ``zero_grad(set_to_none=False)``, which zeroes the views in place); None when
+  every one is None (after ``zero_grad(set_to_none=True)``: autograd stores the new
+  gradient itself, and it is copied into the buffer after); otherwise the buffer, zeroed
+  and holding each parameter's ``.grad`` (a ``.grad`` the user assigned, or one left
+  from before packing), zeros for None ones;
+* after it (a post-accumulate-grad hook), the leaf's ``.grad`` is the buffer and every
+  parameter whose ``.grad`` is not its view of it gets it.
 
 So ``p.grad`` after a backward is exactly what the unpacked model accumulates, and
 ``clip_grad_norm_``, weight decay and every optimizer read and write the packed
-gradient through the views.
+gradient through the views. (With ``create_graph=True`` autograd's own gradient tensor,
+history included, becomes the buffer.)
 
 What a group cannot see, and how it is caught (:meth:`PackedGroup.intact`, checked by the
 module before every call): a parameter whose ``.data`` was replaced (``p.data = t``,

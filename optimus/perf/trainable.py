@@ -13,8 +13,9 @@ per group, refusals included) is ``module.trace``.
 
 Per call, in order (docs/training.md has the lifetime rules):
 
-* a parameter, buffer or submodule re-registered on the model since (``model.fc.weight =
-  nn.Parameter(...)``, ``load_state_dict(assign=True)``) is picked up; a replaced
+* a parameter or buffer the graph reads that is no longer the object on the model
+  (compared by identity: ``model.fc.weight = nn.Parameter(...)``,
+  ``load_state_dict(assign=True)``, ``model.to()`` replacing buffers) is picked up; a replaced
   submodule means the graph no longer matches the model's code: the module runs the
   model's own ``forward`` from then on;
 * in another mode than captured (``eval()`` on a training transform, ``train()`` on an
@@ -131,7 +132,28 @@ class TransformedModule(nn.Module):
         object.__setattr__(self, "_eager_reason", "")
         object.__setattr__(self, "_warned", set())
         object.__setattr__(self, "_unpacked", not binding.get("groups"))
+        object.__setattr__(self, "_identity", [])
+        self._bind_checks()
         _watch(self, model)
+
+    def _bind_checks(self) -> None:
+        """``(the owner's _parameters or _buffers dict, key, object)`` for every tensor a
+        graph reads from the model: a call compares them by identity (``model.to()``
+        replaces buffers, and parameters too under
+        ``torch.__future__.set_overwrite_module_params_on_conversion``, without hooks)."""
+        model = self._original
+        seen: dict[str, str] = {}
+        for prog in self._programs.values():
+            seen.update({name: kind for kind, name in prog.bound.values()})
+        for g in self.groups:
+            seen.update(dict.fromkeys(g.spec.params, "param"))
+        checks = []
+        for name, kind in seen.items():
+            owner_name, _, leaf = name.rpartition(".")
+            owner = model.get_submodule(owner_name) if owner_name else model
+            table = owner._parameters if kind == "param" else owner._buffers
+            checks.append((table, leaf, table.get(leaf)))
+        object.__setattr__(self, "_identity", checks)
 
     def __getattr__(self, name: str):
         try:
@@ -189,10 +211,11 @@ class TransformedModule(nn.Module):
     # -- calls ---------------------------------------------------------------------------
 
     def forward(self, *args, **kwargs):
-        if self._stale:
-            self._rebind()
-        b = self._b
         why = self._eager_reason
+        if not why and (self._stale or any(table.get(key) is not obj for table, key, obj in self._identity)):
+            self._rebind()
+            why = self._eager_reason
+        b = self._b
         if not why and self.training != (self.mode == "training"):
             why = f"the module is in {'train' if self.training else 'eval'} mode; it was transformed for {self.mode}"
         leaves = None
@@ -270,9 +293,10 @@ class TransformedModule(nn.Module):
         return pytree.tree_unflatten(values, b["out_spec"])
 
     def _warn(self, text: str) -> None:
-        self.events.append(text)
+        """Record and warn once per distinct reason (a fallback taken on every call is one event)."""
         if text not in self._warned:
             self._warned.add(text)
+            self.events.append(text)
             warnings.warn(f"optimus_lens.transform: {text}", stacklevel=3)
 
     def _rebind(self) -> None:
@@ -308,6 +332,7 @@ class TransformedModule(nn.Module):
                     g.params[k] = now
                     g.ptrs[k] = -1  # not linked: the next check re-links the group
         self._check_packs()
+        self._bind_checks()
 
 
 def parameter_refusals(model: nn.Module) -> dict[int, str]:
