@@ -418,3 +418,19 @@ def test_buffers_are_updated_in_place_and_a_buffer_model_to_replaced_is_followed
     assert t.bn.running_mean is model.bn._buffers["running_mean"]
     torch.testing.assert_close(t.bn.running_mean, eager.bn.running_mean, **TOL)
     assert not torch.equal(t.bn.running_mean, torch.full((30,), 0.5))  # the graph updated the new buffer
+
+
+def test_a_deep_copy_trains_on_its_own_packs(pair):
+    eager, t, inputs = pair
+    t2 = copy.deepcopy(t)  # Parameter.__deepcopy__ clones: the copy's parameters are its own tensors
+    for m in (eager, t2):
+        _loss(m, _x(0, inputs)).backward()
+    _close(eager, t2)
+    g, g2 = t.groups[0], t2.groups[0]  # its first call re-linked them into packs of its own
+    assert g2.leaf.untyped_storage().data_ptr() != g.leaf.untyped_storage().data_ptr()
+    assert all(p.untyped_storage().data_ptr() == g2.leaf.untyped_storage().data_ptr() for p in g2.params)
+    assert any("re-linked" in e for e in t2.events)
+    assert [n for n, p in t.named_parameters() if p.grad is not None] == []
+    t2.towers[0] = nn.Linear(4, 8)
+    with pytest.warns(UserWarning, match="submodule was replaced"):
+        t2(_x(1, inputs))

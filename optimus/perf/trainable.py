@@ -155,6 +155,12 @@ class TransformedModule(nn.Module):
             checks.append((table, leaf, table.get(leaf)))
         object.__setattr__(self, "_identity", checks)
 
+    def __setstate__(self, state) -> None:
+        """A copy (``copy.deepcopy``: its parameters views of its own packs, as the memo keeps
+        them) watches its own model for replaced submodules."""
+        super().__setstate__(state)
+        _watch(self, self._original)
+
     def __getattr__(self, name: str):
         try:
             return super().__getattr__(name)
