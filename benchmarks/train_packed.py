@@ -3,7 +3,9 @@
 Three parts, each measured in one process:
 
 * ``--equivalence STEPS`` (default 200): each sample model trained for STEPS steps twice
-  on the same batches, eager and transformed (packed parameters), in float64: SGD with
+  on the same batches, eager (or, ``--oracle unpacked``, ``transform(pack=False)``: the
+  same fused graph stacking per call) and transformed with packed parameters, in
+  float64 (``--float32``): SGD with
   momentum, Nesterov and weight decay for the first half, AdamW for the second, every
   step ``zero_grad(set_to_none=True)``, forward, backward, ``clip_grad_norm_(1.0)``,
   step; prints the largest difference of loss, parameters and optimizer state over the
@@ -19,7 +21,8 @@ Three parts, each measured in one process:
   as parameters). Unlike ``optimus bench``, which times the graph with
   ``torch.autograd.grad``, this includes what a training loop pays per parameter object
   (the ``.grad`` views of the packed gradient, ``zero_grad`` and the optimizer over every
-  parameter: 194 on recsys_towers32, 8 on its hand-fused module).
+  parameter: 194 on recsys_towers32, 8 on its hand-fused module), and the packed module
+  once more with its optimizer over ``packed_parameters()`` (one tensor per pack: 10).
 
 torch at one thread (``--threads``), thread CPU time as the clock, median and p10..p90::
 
@@ -60,11 +63,13 @@ def _loss(out) -> torch.Tensor:
     return sum((o.float() ** 2).mean() for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point())
 
 
-def equivalence(name: str, steps: int, dtype: torch.dtype) -> str:
+def equivalence(name: str, steps: int, dtype: torch.dtype, oracle: str = "eager") -> str:
     model, inputs, _ = load_model(f"sample:{name}")
     model = model.to(dtype)
     inputs = tuple(x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
     eager = copy.deepcopy(model).train()
+    if oracle == "unpacked":  # the same fused graph, stacking per call: isolates what packing changes
+        eager = optimus_lens.transform(eager, inputs, pack=False)
     t0 = time.perf_counter()
     t = optimus_lens.transform(model, inputs)
     setup = time.perf_counter() - t0
@@ -99,7 +104,7 @@ def equivalence(name: str, steps: int, dtype: torch.dtype) -> str:
     nparams = sum(1 for _ in t.parameters())
     packed = sum(len(g.params) for g in t.groups)
     return (
-        f"| {name} | {str(dtype).removeprefix('torch.')} | {steps} | {len(t.groups)} groups, {packed} of {nparams} "
+        f"| {name} | {oracle} | {str(dtype).removeprefix('torch.')} | {steps} | {len(t.groups)} groups, {packed} of {nparams} "
         f"parameters | {worst['loss']:.1e} | {worst['param']:.1e} | {worst['grad']:.1e} | {worst['state']:.1e} | "
         f"{setup:.1f} | {'; '.join(t.events) or '-'} |"
     )
@@ -155,11 +160,13 @@ def _trainable_reference(model):
 def step_timing(name: str, rounds: int) -> list[str]:
     model, inputs, _ = load_model(f"sample:{name}")
     model.train()
+    packed = optimus_lens.transform(copy.deepcopy(model), inputs)
     variants = {
         "eager model": model,
         "transform(pack=False): stacks per call": optimus_lens.transform(copy.deepcopy(model), inputs, pack=False),
-        "transform: packed, layout fused": optimus_lens.transform(copy.deepcopy(model), inputs),
+        "transform: packed, layout fused": packed,
         "transform: packed, layout members": optimus_lens.transform(copy.deepcopy(model), inputs, layout="members"),
+        "transform: packed, optimizer over packed_parameters()": packed,
     }
     ref = _trainable_reference(model)
     if ref is not None:
@@ -168,7 +175,8 @@ def step_timing(name: str, rounds: int) -> list[str]:
     for with_step in (False, True):
         calls = {}
         for label, m in variants.items():
-            opt = torch.optim.SGD(m.parameters(), lr=1e-4, momentum=0.9)
+            params = m.packed_parameters() if "packed_parameters" in label else m.parameters()
+            opt = torch.optim.SGD(params, lr=1e-4, momentum=0.9)
 
             def call(m=m, opt=opt, with_step=with_step):
                 opt.zero_grad(set_to_none=True)
@@ -196,7 +204,8 @@ def step_timing(name: str, rounds: int) -> list[str]:
             med = statistics.median(v)
             p10, p90 = sorted(v)[len(v) // 10], sorted(v)[(9 * len(v)) // 10]
             vs_hand = f"{hand / med:.2f}x" if hand else "-"
-            nparams = sum(1 for _ in variants[label].parameters())
+            m = variants[label]
+            nparams = sum(1 for _ in (m.packed_parameters() if "packed_parameters" in label else m.parameters()))
             rows.append(
                 f"| {name} | {what} | {label} | {nparams} | {med:.0f} ({p10:.0f}..{p90:.0f}) | {base / med:.2f}x | {vs_hand} |"
             )
@@ -208,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", default="recsys_towers32,mmoe,twin_towers,deepfm")
     ap.add_argument("--equivalence", type=int, default=200, help="steps of the side-by-side run (0: off)")
     ap.add_argument("--float32", action="store_true", help="the side-by-side run in float32 instead of float64")
+    ap.add_argument(
+        "--oracle",
+        choices=["eager", "unpacked"],
+        default="eager",
+        help="what the packed module is trained beside: the eager model, or transform(pack=False)",
+    )
     ap.add_argument("--bench", type=int, default=0, help="rounds of optimus bench per mode (0: off)")
     ap.add_argument("--step-timing", type=int, default=0, help="rounds of full training steps (0: off)")
     ap.add_argument("--threads", type=int, default=1)
@@ -218,12 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}, {a.threads} thread(s)")
     if a.equivalence:
         print(
-            "\n| model | dtype | steps | packed | max rel. loss diff | max param diff | max grad diff | "
-            "max optimizer-state diff | transform s | run-time events |\n|---|---|---|---|---|---|---|---|---|---|"
+            "\n| model | beside | dtype | steps | packed | max rel. loss diff | max param diff | max grad diff | "
+            "max optimizer-state diff | transform s | run-time events |\n|---|---|---|---|---|---|---|---|---|---|---|"
         )
         dtype = torch.float32 if a.float32 else torch.float64
         for n in names:
-            print(equivalence(n, a.equivalence, dtype), flush=True)
+            print(equivalence(n, a.equivalence, dtype, a.oracle), flush=True)
     if a.bench:
         print(
             "\n| model | mode | captured µs | ours (passes) | ours + packing | upstream | hand-fused | "

@@ -422,15 +422,39 @@ def test_buffers_are_updated_in_place_and_a_buffer_model_to_replaced_is_followed
 
 def test_a_deep_copy_trains_on_its_own_packs(pair):
     eager, t, inputs = pair
-    t2 = copy.deepcopy(t)  # Parameter.__deepcopy__ clones: the copy's parameters are its own tensors
+    t2 = copy.deepcopy(t)  # Parameter.__deepcopy__ clones: the copy packs its clones into leaves of its own
+    g, g2 = t.groups[0], t2.groups[0]
+    assert g2.leaf.untyped_storage().data_ptr() != g.leaf.untyped_storage().data_ptr()
+    assert all(p.untyped_storage().data_ptr() == g2.leaf.untyped_storage().data_ptr() for p in g2.params)
+    assert g2.params[0] is t2.towers[0].fc1.weight
     for m in (eager, t2):
         _loss(m, _x(0, inputs)).backward()
     _close(eager, t2)
-    g, g2 = t.groups[0], t2.groups[0]  # its first call re-linked them into packs of its own
-    assert g2.leaf.untyped_storage().data_ptr() != g.leaf.untyped_storage().data_ptr()
-    assert all(p.untyped_storage().data_ptr() == g2.leaf.untyped_storage().data_ptr() for p in g2.params)
-    assert any("re-linked" in e for e in t2.events)
     assert [n for n, p in t.named_parameters() if p.grad is not None] == []
     t2.towers[0] = nn.Linear(4, 8)
     with pytest.warns(UserWarning, match="submodule was replaced"):
         t2(_x(1, inputs))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+        lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
+    ],
+    ids=["adamw", "sgd-momentum"],
+)
+def test_an_optimizer_over_the_packs_makes_the_same_updates_in_one_kernel_per_pack(pair, make):
+    eager, t, inputs = pair
+    packs = list(t.packed_parameters())
+    assert len(packs) == 6 + 4  # six packs, the top MLP's four parameters
+    assert any(p is t.groups[0].leaf for p in packs)
+    oa, ob = make(eager.parameters()), make(packs)
+    for step in range(4):
+        for m, o in ((eager, oa), (t, ob)):
+            o.zero_grad(set_to_none=True)
+            _loss(m, _x(step, inputs)).backward()
+            o.step()
+        _close(eager, t)
+    with pytest.raises(RuntimeError, match="packed_parameters"):
+        t(torch.randn(3, 20))  # another batch size runs the model's forward: the packs would miss it

@@ -85,22 +85,35 @@ class PackedGroup:
         return ""
 
     def link(self) -> bool:
-        """Make a new packed leaf from the parameters' current values and point every
-        parameter's ``.data`` at its view (their ``.grad`` stay as they are; the next backward
-        takes them in). False, changing nothing, when :meth:`why_not` has a reason."""
+        """Pack the parameters' current values into new storage and point every parameter's
+        ``.data`` at its view (their ``.grad`` stay as they are; the next backward takes
+        them in). The leaf stays the same tensor object across re-links (its ``.data`` is
+        replaced), so an optimizer over :meth:`optimus_lens.perf.trainable.TransformedModule.packed_parameters`
+        keeps stepping it. False, changing nothing, when :meth:`why_not` has a reason."""
         if self.why_not():
             return False
         self.requires_grad = self.params[0].requires_grad
-        self.leaf = self.spec.allocate([p.detach() for p in self.params])
+        fresh = self.spec.allocate([p.detach() for p in self.params])
+        if self.links == 0:
+            self.leaf = fresh
+        else:
+            self.leaf.data = fresh.detach()
         self.leaf.requires_grad_(self.requires_grad)
         base = self.leaf.detach()
         for p, v in zip(self.params, self.spec.members):
             p.data = v.of(base)
         self.ptrs = [p.data_ptr() for p in self.params]
-        self._gbuf, self._views, self._hooked = None, (), False
+        self._gbuf, self._views = None, ()
         self._hook()
         self.links += 1
         return True
+
+    def relink_copy(self) -> None:
+        """After ``copy.deepcopy``: the copied leaf carries no autograd hooks and the copied
+        parameters are clones; pack them into a new leaf of this group's own."""
+        self.links, self._hooked = 0, False
+        if not self.link():
+            raise ValueError(f"group {self.spec.name}: {self.why_not()}")
 
     def _hook(self) -> None:
         """The two gradient hooks on the leaf, once per leaf (a leaf that needs no grad gets
@@ -149,8 +162,11 @@ class PackedGroup:
         if buf is not None and leaf.grad is buf and all(map(is_, map(_GRAD, params), views)):
             return None  # every .grad is its view: accumulate in place
         held = list(map(_GRAD, params))
-        if held.count(None) == len(held):
-            leaf.grad = None  # autograd stores the new gradient; _after_accumulate copies it into the buffer
+        if all(g is None for g in held) or (leaf.grad is None and buf is not None and all(map(is_, held, views))):
+            # every .grad None (zero_grad(set_to_none=True) on the parameters), or the pack's own
+            # .grad set to None while the parameters' are still its views (zero_grad on an
+            # optimizer over the packs): autograd stores the new gradient, copied into the buffer after
+            leaf.grad = None
             return None
         snap = [None if g is None else g.detach().clone() for g in held]
         buf = self._buffer()
