@@ -63,7 +63,7 @@ def _loss(out) -> torch.Tensor:
     return sum((o.float() ** 2).mean() for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point())
 
 
-def equivalence(name: str, steps: int, dtype: torch.dtype, oracle: str = "eager") -> str:
+def equivalence(name: str, steps: int, dtype: torch.dtype, oracle: str = "eager", layout: str = "fused") -> str:
     model, inputs, _ = load_model(f"sample:{name}")
     model = model.to(dtype)
     inputs = tuple(x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
@@ -71,7 +71,7 @@ def equivalence(name: str, steps: int, dtype: torch.dtype, oracle: str = "eager"
     if oracle == "unpacked":  # the same fused graph, stacking per call: isolates what packing changes
         eager = optimus_lens.transform(eager, inputs, pack=False)
     t0 = time.perf_counter()
-    t = optimus_lens.transform(model, inputs)
+    t = optimus_lens.transform(model, inputs, layout=layout)
     setup = time.perf_counter() - t0
     worst = {"loss": 0.0, "param": 0.0, "grad": 0.0, "state": 0.0}
     half = steps // 2
@@ -104,7 +104,7 @@ def equivalence(name: str, steps: int, dtype: torch.dtype, oracle: str = "eager"
     nparams = sum(1 for _ in t.parameters())
     packed = sum(len(g.params) for g in t.groups)
     return (
-        f"| {name} | {oracle} | {str(dtype).removeprefix('torch.')} | {steps} | {len(t.groups)} groups, {packed} of {nparams} "
+        f"| {name} | {oracle} | {layout} | {str(dtype).removeprefix('torch.')} | {steps} | {len(t.groups)} groups, {packed} of {nparams} "
         f"parameters | {worst['loss']:.1e} | {worst['param']:.1e} | {worst['grad']:.1e} | {worst['state']:.1e} | "
         f"{setup:.1f} | {'; '.join(t.events) or '-'} |"
     )
@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         default="eager",
         help="what the packed module is trained beside: the eager model, or transform(pack=False)",
     )
+    ap.add_argument("--layout", choices=["fused", "members"], default="fused", help="the packs' layout")
     ap.add_argument("--bench", type=int, default=0, help="rounds of optimus bench per mode (0: off)")
     ap.add_argument("--step-timing", type=int, default=0, help="rounds of full training steps (0: off)")
     ap.add_argument("--threads", type=int, default=1)
@@ -233,12 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}, {a.threads} thread(s)")
     if a.equivalence:
         print(
-            "\n| model | beside | dtype | steps | packed | max rel. loss diff | max param diff | max grad diff | "
-            "max optimizer-state diff | transform s | run-time events |\n|---|---|---|---|---|---|---|---|---|---|---|"
+            "\n| model | beside | layout | dtype | steps | packed | max rel. loss diff | max param diff | max grad diff | "
+            "max optimizer-state diff | transform s | run-time events |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
         )
         dtype = torch.float32 if a.float32 else torch.float64
         for n in names:
-            print(equivalence(n, a.equivalence, dtype, a.oracle), flush=True)
+            print(equivalence(n, a.equivalence, dtype, a.oracle, a.layout), flush=True)
     if a.bench:
         print(
             "\n| model | mode | captured µs | ours (passes) | ours + packing | upstream | hand-fused | "
