@@ -78,7 +78,9 @@ def show_result(b) -> None:
         st.plotly_chart(ct, width="stretch")
     if b.unchanged:
         st.caption(f"No change (no step, not timed): {', '.join(b.unchanged)}")
-    if b.bytes_packed:
+    if b.bytes_packed and b.mode == "training":
+        st.caption(f"Packed parameters (stage `packed`): {b.bytes_packed:,} bytes, one leaf per fused group.")
+    elif b.bytes_packed:
         st.caption(f"Pre-packed weights: {b.bytes_packed:,} bytes folded into constants once (inference).")
     st.dataframe(pd.DataFrame(viz.bench_rows(b)), hide_index=True, width="stretch")
     counted = [s for s in b.stages if s.kernels is not None]
@@ -110,7 +112,7 @@ def timing_panel(trace, ss: MutableMapping) -> None:
         MODES,
         key="bench_mode",
         persist_state=S.KEEP,
-        help="inference: no_grad, weights pre-packed; training: forward + backward",
+        help="inference: no_grad, weights pre-packed; training: forward + backward, parameters packed (stage packed)",
     )
     compile = c[2].checkbox(
         "torch.compile",

@@ -4,10 +4,12 @@ Stages timed side by side (round-robin, :mod:`optimus_lens.perf.bench`): the cap
 PyTorch's own pre-grad passes with the equivalent ``pre_grad_fusion_options``, our
 default pipeline, our pipeline with pre-packed weights, and the hand-fused reference.
 Prints the table (µs, ratio to the captured graph, estimated peak memory) and checks
-the CPU targets of the towers issue:
+the CPU targets of the towers issues:
 
-* ours (pre-packed) >= 0.95x the hand-fused reference's speed;
-* ours' estimated peak memory <= the captured graph's.
+* inference: ours (pre-packed) >= 0.95x the hand-fused reference's speed, and ours'
+  estimated peak memory <= the captured graph's;
+* training (``--mode training``, forward + backward): ours (packed parameters, the
+  ``packed`` stage) >= 0.9x the hand-fused reference's speed, and faster than upstream.
 
     .venv/bin/python benchmarks/towers32.py --repeats 300 [--mode training] [--compile] [--json out.json]
 
@@ -34,9 +36,11 @@ LABELS = {
     "upstream": "after PyTorch's own pre-grad passes",
     "pipeline": "after our default pipeline",
     "prepack_weights": "... with pre-packed weights",
+    "packed": "... with packed parameters",
     "reference": "hand-fused reference",
 }
-ORDER = ["baseline", "upstream", "pipeline", "prepack_weights", "reference"]
+ORDER = ["baseline", "upstream", "pipeline", "prepack_weights", "packed", "reference"]
+TARGET = {"inference": 0.95, "training": 0.9}
 
 
 def table(r) -> list[str]:
@@ -64,19 +68,24 @@ def table(r) -> list[str]:
 def verdicts(r) -> list[str]:
     ours, ref, base = r.ours, r.stage("reference"), r.stage("baseline")
     out = []
+    target = TARGET[r.mode]
     if ref is not None:
         ratio = ref.median_ms / ours.median_ms
         out.append(
-            f"speed vs hand-fused reference: {ratio:.3f}x (target >= 0.95): {'holds' if ratio >= 0.95 else 'MISSED'}"
+            f"speed vs hand-fused reference: {ratio:.3f}x (target >= {target}): "
+            f"{'holds' if ratio >= target else 'MISSED'}"
         )
-    mem = ours.peak_bytes / base.peak_bytes
-    out.append(
-        f"estimated peak memory vs captured: {ours.peak_bytes:,} / {base.peak_bytes:,} B = {mem:.3f}x "
-        f"(target <= 1): {'holds' if mem <= 1 else 'MISSED'}"
-    )
+    if r.mode == "inference":
+        mem = ours.peak_bytes / base.peak_bytes
+        out.append(
+            f"estimated peak memory vs captured: {ours.peak_bytes:,} / {base.peak_bytes:,} B = {mem:.3f}x "
+            f"(target <= 1): {'holds' if mem <= 1 else 'MISSED'}"
+        )
     up = r.stage("upstream")
     if up is not None:
-        out.append(f"ours vs upstream: {up.median_ms / ours.median_ms:.2f}x")
+        ratio = up.median_ms / ours.median_ms
+        target = " (target > 1)" + (": holds" if ratio > 1 else ": MISSED") if r.mode == "training" else ""
+        out.append(f"ours vs upstream: {ratio:.2f}x{target}")
     return out
 
 

@@ -52,3 +52,27 @@ def test_a_speedup_whose_spread_includes_one_is_drawn_within_noise_never_as_a_ga
     assert bar.marker.color[1] == NOISE_FILL and bar.marker.pattern.shape[1] == "/"
     assert bar.marker.color[2] != NOISE_FILL and bar.marker.pattern.shape[2] == ""
     assert "within noise" in fig.layout.title.text
+
+
+TRAINING = """
+from optimus_lens.perf.timings import BenchResult, StageTiming
+from optimus_lens.app.timing import show_result
+
+b = BenchResult("cpu", "thread-cpu-time", [
+    StageTiming("baseline", 391, 2.8, 2.7, 2.9, 20, kind="baseline"),
+    StageTiming("pipeline", 220, 1.5, 1.4, 1.6, 20, speedup=1.87, steps=40),
+    StageTiming("packed", 22, 0.71, 0.69, 0.73, 20, speedup=3.94, steps=6, kind="prepack"),
+    StageTiming("reference", 22, 0.70, 0.68, 0.72, 20, speedup=4.0, kind="reference")],
+    mode="training", threads=1, bytes_packed=1081344)
+show_result(b)
+"""
+
+
+def test_training_timing_shows_the_packed_stage_beside_the_hand_fused_reference():
+    at = AppTest.from_string(TRAINING).run(timeout=60)
+    assert not at.exception
+    speed = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert speed["data"][0]["x"] == ["baseline", "pipeline", "packed", "reference"]
+    assert any("Packed parameters (stage `packed`): 1,081,344 bytes" in c.value for c in at.caption)
+    assert [m.label for m in at.metric] == ["ours vs reference"]
+    assert at.metric[0].value == f"{0.70 / 0.71:.2f}x"  # ours is the packed stage

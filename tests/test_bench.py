@@ -104,10 +104,13 @@ def test_json_holds_the_documented_fields(towers32):
     assert any(s["name"] == "upstream" for s in d["stages"])
 
 
-def test_training_bench_keeps_weights_per_call_and_trains_the_reference():
+def test_training_bench_times_the_packed_stage_and_trains_the_reference():
     r = bench_pipeline("sample:recsys_towers32", repeats=2, warmup=1, mode="training", passes=["batch_linear"])
-    assert [s.stage for s in r.stages] == ["baseline", "batch_linear", "reference"]
-    assert r.mode == "training" and r.bytes_packed == 0
+    assert [s.stage for s in r.stages] == ["baseline", "batch_linear", "packed", "reference"]
+    # the two tower linears of 32 towers, weights and biases: one packed leaf each
+    assert r.mode == "training" and r.bytes_packed == 4 * 2 * 32 * (64 * 64 + 64)
+    assert r.stage("packed").steps == 4 and r.ours.stage == "packed"
+    assert "packed parameters: 1,064,960 bytes" in r.table()
     assert {s.peak_source for s in r.stages} == {"estimate-forward"} and "of the forward graph" in r.table()
 
 

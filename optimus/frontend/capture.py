@@ -107,6 +107,7 @@ def capture(
     method: str = "dynamo",
     graph_index: int | None = None,
     dynamic: bool = False,
+    copy_inputs: bool = True,
 ) -> Captured:
     """Capture ``model`` on ``example_inputs``.
 
@@ -115,7 +116,9 @@ def capture(
     for the sizes the graph reads, so the graph holds for other input shapes.
 
     With graph breaks, ``graph_index`` picks the graph (default: the one with the most
-    nodes). Raises CaptureError with the tracer's message when the model cannot be
+    nodes). ``copy_inputs`` (default) runs Dynamo on a deep copy of ``example_inputs``;
+    without it the example inputs of the user-input placeholders are the caller's own
+    tensors (what :func:`optimus_lens.perf.trainable.transform` maps them by). Raises CaptureError with the tracer's message when the model cannot be
     captured, and ValueError for an unknown ``method`` or an out-of-range ``graph_index``.
     """
     from optimus_lens.frontend.compile_log import is_logged
@@ -134,7 +137,7 @@ def capture(
         if method == "symbolic":
             graphs, breaks = [_symbolic(model, example_inputs)], []
         else:
-            graphs, breaks, dynamo_graphs, eager = _dynamo(model, example_inputs, dynamic)
+            graphs, breaks, dynamo_graphs, eager = _dynamo(model, example_inputs, dynamic, copy_inputs)
     except CaptureError:
         raise
     except Exception as e:  # noqa: BLE001 - any capture failure is bad input, explained
@@ -216,7 +219,9 @@ def _copied(inputs: tuple) -> tuple:
         return inputs
 
 
-def _dynamo(model, inputs, dynamic: bool = False) -> tuple[list, list[str], int | None, list[str]]:
+def _dynamo(
+    model, inputs, dynamic: bool = False, copy_inputs: bool = True
+) -> tuple[list, list[str], int | None, list[str]]:
     """Graphs from a ``torch.compile`` backend (with their example inputs), then graph
     count and break reasons from ``torch._dynamo.explain``, and the frames Dynamo ran
     eagerly, each with its reason (from Dynamo's ``unimplemented`` counters)."""
@@ -233,7 +238,7 @@ def _dynamo(model, inputs, dynamic: bool = False) -> tuple[list, list[str], int 
     seen = dict(counters["unimplemented"])  # Dynamo's counters are global: read only what this run adds
     try:
         with torch.no_grad():
-            torch.compile(model, backend=backend, dynamic=dynamic)(*_copied(inputs))
+            torch.compile(model, backend=backend, dynamic=dynamic)(*(_copied(inputs) if copy_inputs else inputs))
     except Exception as e:  # noqa: BLE001 - turned into a specific, explained error
         raise CaptureError(
             f"Dynamo could not capture {type(model).__name__}: {type(e).__name__}: "

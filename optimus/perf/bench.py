@@ -2,7 +2,10 @@
 
 Stages (:func:`optimus_lens.perf.stages.build_stages`): ``baseline`` (the captured graph), then the graph after each enabled pass that
 made a step (cumulative; passes without a step are listed as ``unchanged``, not timed),
-then in inference ``prepack_weights`` (:mod:`optimus_lens.perf.prepack`). On request also each
+then in inference ``prepack_weights`` (:mod:`optimus_lens.perf.prepack`: the parameter
+stacks folded into constants) and in training ``packed`` (:mod:`optimus_lens.perf.pack`: the
+graph reading one packed leaf per fused group, timed with those leaves as its inputs, as
+the hand-fused reference is with its stacked weights). On request also each
 pass alone (``alone:<pass>``), ``upstream`` (the captured graph after PyTorch Inductor's
 own ``pre_grad_passes`` with the ``pre_grad_fusion_options`` equivalent to the enabled
 passes, :func:`optimus_lens.perf.stages.upstream_options`) and ``reference`` (a hand-fused model the sample

@@ -173,7 +173,7 @@ def find_sites(gm: GraphModule, params: dict[Node, int]) -> list[list[Node]]:
     return sites
 
 
-def _recipe(chain: list[Node], sources: list[Node]) -> GraphModule:
+def chain_recipe(chain: list[Node], sources: list[Node]) -> GraphModule:
     """A GraphModule computing ``chain[-1]`` from the ``sources`` tensors (in that order)."""
     g = Graph()
     env = {s: g.placeholder(f"w{i}") for i, s in enumerate(sources)}
@@ -243,7 +243,7 @@ def prepack(
     for chain in find_sites(gm, params):
         t0 = time.perf_counter()
         sources = list(dict.fromkeys(chain[0].all_input_nodes))
-        recipe = _recipe(chain, sources)
+        recipe = chain_recipe(chain, sources)
         positions = [params[s] for s in sources]
         with torch.no_grad():
             value = recipe(*(example_inputs[i] for i in positions))

@@ -80,7 +80,8 @@ def build_stages(
     """Capture ``spec`` (a model spec, see :func:`optimus_lens.frontend.run.load_model`, or an nn.Module
     with ``inputs``) in ``mode``, run the pipeline keeping the graph after each pass, and
     return the stages to time plus facts for the result (``unchanged``,
-    ``upstream_options``, ``bytes_packed``). See the module doc for the stages; with
+    ``upstream_options``, ``bytes_packed``: the pre-packed constants in inference, the
+    packed parameters in training). See the module doc for the stages; with
     ``final_only`` the per-pass stages are left out but the last (the whole pipeline).
     ``pipeline`` replaces the default pipeline (e.g. with a pattern file's pass added by
     :func:`optimus_lens.frontend.patternfile.pipeline_with`). Raises ModelSpecError, CaptureError, KeyError
@@ -125,6 +126,15 @@ def build_stages(
         if pk.constants:
             stages.append(Stage("prepack_weights", packed, ins, "prepack", len(pk.constants)))
             facts["bytes_packed"] = pk.bytes_packed
+    else:
+        from optimus_lens.perf.pack import pack_graph
+
+        packed = copy_graph_module(res.engine.gm)
+        names = {id(p): n for n, p in model.named_parameters()}
+        plan = pack_graph(packed, ins, names={i: names[id(x)] for i, x in enumerate(ins) if id(x) in names})
+        if plan.groups:
+            stages.append(Stage("packed", packed, plan.inputs(ins), "prepack", len(plan.groups)))
+            facts["bytes_packed"] = plan.bytes_packed
     if alone:
         pipe = default_pipeline()
         for name in per_pass:

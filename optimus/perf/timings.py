@@ -28,7 +28,8 @@ class StageTiming:
     ``compile`` the same figures under ``torch.compile`` (Inductor) plus compile time (s);
     ``compiled_speedup`` is the compiled baseline's median over this stage's compiled
     median. ``steps``: steps the stage's pass made; ``kind``: "baseline", "pass",
-    "prepack", "alone", "upstream" or "reference". For a pass stage, ``previous`` names
+    "prepack" (``prepack_weights`` in inference, ``packed`` in training), "alone",
+    "upstream" or "reference". For a pass stage, ``previous`` names
     the stage its own effect is measured against and ``vs_previous`` (``_p10``, ``_p90``)
     is the per-round ratio of that stage's time to this one's (> 1: this pass made the
     graph faster; :func:`optimus_lens.perf.bench.paired_ratio`)."""
@@ -137,7 +138,8 @@ class StageTiming:
 class BenchResult:
     """A bench run: device name, timer ("cuda-events" | "wall-clock" | "thread-cpu-time"), the stages, and
     ``mode``, ``unchanged`` (enabled passes that made no step), ``threads`` (CPU threads),
-    ``upstream_options`` (what the ``upstream`` stage ran), ``bytes_packed``."""
+    ``upstream_options`` (what the ``upstream`` stage ran), ``bytes_packed`` (pre-packed
+    constants in inference, packed parameters in training; bytes)."""
 
     device: str
     method: str
@@ -248,7 +250,8 @@ class BenchResult:
         for k, v in self.ratios().items():
             rows.append(f"{k.replace('_', ' ')}: {v:.2f}x")
         if self.bytes_packed:
-            rows.append(f"pre-packed weights: {self.bytes_packed:,} bytes")
+            what = "packed parameters" if self.mode == "training" else "pre-packed weights"
+            rows.append(f"{what}: {self.bytes_packed:,} bytes")
         rows += [f"! {s.slowdown_text()}" for s in self.slowdowns()]
         warn = self.noise_warning()
         if warn:
