@@ -21,9 +21,10 @@ same place in every pane):
    members of a batch step, the k getitems of its unbind), 2, 1 then 0 hops; only when the
    caller left folding to "auto".
 
-Every picture is tried side by side before any is tried with the panes stacked (each pane
-the full width), when the caller allows both. A first round asks for labels at
-:data:`COMFORTABLE` × the text scale (10 px at the default size, 17 px in presentation
+Each picture is tried side by side, then with the panes stacked (each pane the full width)
+when the caller allows both, before the next picture: the step's own nodes are folded
+only where they would not fit otherwise. Above a text scale of 1 (presentation mode) a
+first round asks for labels at :data:`COMFORTABLE` × the text scale (17 px in presentation
 mode), the next for :data:`LEGIBLE`. When nothing fits,
 the picture whose zoom is largest is kept and :attr:`Fit.fits` is False: the viewer then
 lists the step's nodes that are off-screen, each a button that pans to it.
@@ -163,7 +164,7 @@ def fit_step(
     have, ValueError for an unknown arrangement, RenderError when Graphviz is missing or fails."""
     for a in arrangements:
         sizes.pane(a)
-    tiers = dict.fromkeys((max(LEGIBLE, COMFORTABLE * opts.text_scale), LEGIBLE))
+    tiers = dict.fromkeys((max(LEGIBLE, COMFORTABLE * opts.text_scale) if opts.text_scale > 1 else LEGIBLE, LEGIBLE))
     tried: list[tuple[str, str, float]] = []
     measured: list[tuple[str, Selection, Layout, dict[str, float]]] = []
     todo = iter(_candidates(opts))
@@ -191,8 +192,8 @@ def fit_step(
     measured.append(("as asked", first, lay, {a: fit_scale(lay, first.focus, sizes.pane(a)) for a in arrangements}))
     tried.extend(("as asked", a, x) for a, x in measured[0][3].items())
     for need in tiers:
-        for a in arrangements:
-            for how, sel, lay, scales in pictures():
+        for how, sel, lay, scales in pictures():
+            for a in arrangements:
                 if scales[a] >= need:
                     return chosen(how, sel, lay, a, scales[a], True)
     how, sel, lay, scales = max(measured, key=lambda m: max(m[3].values()))

@@ -103,9 +103,10 @@ def _frames(search: Search | None, snap: GraphSnapshot, layout: Layout | None, t
 
 
 def lesson_pictures(w: Walkthrough, timeout_s: float = 20.0, text_scale: float = 1.0) -> LessonPictures:
-    """Draw every picture of ``w`` (see the module docstring); each step's picture is chosen to
-    fit the lesson's panes at 1280x800 (:func:`optimus_lens.viz.fit.fit_step` with
-    :data:`LESSON_PANES`: the after slide's two panes side by side, else stacked).
+    """Draw every picture of ``w`` (see the module docstring); each step's pictures are chosen
+    to fit the lesson's panes at 1280x800 (:func:`optimus_lens.viz.fit.fit_step` with
+    :data:`LESSON_PANES`): the match slide's one pane, the after slide's two side by side,
+    else stacked.
     ``text_scale``: the lesson's text scale. Raises RenderError when Graphviz is missing or fails."""
     trace = w.trace
     before = trace.graph_at(0)
@@ -113,14 +114,14 @@ def lesson_pictures(w: Walkthrough, timeout_s: float = 20.0, text_scale: float =
     panes: dict[str, list[Picture]] = {}
     stacked: set[str] = set()
     if trace.steps:
-        fitted = [
-            fit_step(trace, i, LESSON_PANES, ViewOptions(text_scale=text_scale), layout=shared)
-            for i in range(1, len(trace.steps) + 1)
-        ]
+        opts, steps = ViewOptions(text_scale=text_scale), range(1, len(trace.steps) + 1)
+        # the match slide's one pane, and the after slide's after | provenance (stacked when they must)
+        matched = [fit_step(trace, i, LESSON_PANES, opts, layout=shared, arrangements=("single",)) for i in steps]
+        fitted = [fit_step(trace, i, LESSON_PANES, opts, layout=shared) for i in steps]
         pics = [p for p, _ in fitted]
         if any(f.stacked for _, f in fitted):
             stacked.add("after")
-        layout = shared or pics[0].layout
+        layout = shared or matched[0][0].layout
         panes["before"] = [_pinned(before, Marks(), layout, f"Before: {w.model}, {len(before)} nodes", timeout_s)]
         panes["match"] = [
             Picture(
@@ -128,18 +129,18 @@ def lesson_pictures(w: Walkthrough, timeout_s: float = 20.0, text_scale: float =
                 draw_pinned(p.before.source, timeout_s),
                 p.before.focus,
                 p.before.legend,
-                p.before.notes,
+                p.before.notes + ([f.note()] if f.note() else []),
             )
-            for p in pics
+            for p, f in matched
         ]
-        last = pics[-1]
+        last, last_fit = fitted[-1]
         panes["after"] = [
             Picture(
                 f"After: {trace.nodes_after} nodes",
                 draw_pinned(last.after.source, timeout_s),
                 last.after.focus,
                 last.after.legend,
-                last.after.notes,
+                last.after.notes + ([last_fit.note()] if last_fit.note() else []),
             )
         ]
         panes["after"] += [
