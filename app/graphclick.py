@@ -71,7 +71,7 @@ export default function(component){
   const data = component.data || {}, host = component.parentElement;
   let box = host.querySelector('.lens-host');
   if (!box){ box = document.createElement('div'); box.className = 'lens-host'; host.appendChild(box); }
-  box.style.height = data.fill ? 'max(380px, calc(100vh - 10.5rem))' : (data.height || 560) + 'px';
+  box.style.height = data.fill ? 'max(380px, calc(100vh - ' + data.fill + '))' : (data.height || 560) + 'px';
   box.__send = component.setTriggerValue;
   if (box.__html !== data.html){
     box.__html = data.html;
@@ -80,7 +80,10 @@ export default function(component){
     if (root){ lensMount(root, data.focus || [], data.scale || 1, data.anim || null); lensClicks(box); }
   }
   lensMarks(box, data.selected || null, data.partial || []);
-  const root = box.querySelector('.lens'), hint = box.querySelector('.lens .hint');
+  const root = box.querySelector('.lens'), hint = box.querySelector('.lens .hint .tip');
+  const partKey = (data.partial || []).join('\\n');  // a near miss newly drawn: the view goes to it
+  if (partKey && partKey !== box.__partial && root && root.__lens) root.__lens.show(data.partial);
+  box.__partial = partKey;
   if (hint && !hint.__base) hint.__base = hint.innerHTML;
   let sel = box.querySelector('.lens .picked');
   if (root && !sel){ sel = document.createElement('div'); sel.className = 'picked'; root.insertBefore(sel, root.querySelector('.panes')); }
@@ -108,18 +111,19 @@ def clickable_view(
     picked: str = "",
     partial=(),
     animate_key: str | None = None,
-    fill_window: bool = False,
+    fill_window: bool | str = False,
+    view_id: str | None = None,
     on_pick: Callable[[dict | None], None] | None = None,
 ) -> None:
     """Mount the viewer of ``panes`` ((title, SVG) pairs, as :func:`optimus_lens.viz.panes_html` takes)
-    as a component of ``height`` px (twice that when ``stacked``), opened on ``focus``.
+    as a component of ``height`` px (``stacked``: one pane above the other), opened on ``focus``.
     ``selected`` (an FX node name) and ``partial`` (names) are outlined, and ``picked`` (a
     line about the selection) is shown above the panes. ``animate_key`` (as
     :func:`optimus_lens.viz.panes_html` takes it) animates a new drawing from the one last shown under
-    the same key. ``fill_window`` (presentation mode) makes the view as tall as the
-    browser window allows instead of ``height``. A click on a node calls ``on_pick`` with ``{"name": DOT id, "pane": pane index}`` before the rerun."""
+    the same key. ``fill_window`` makes the view as tall as the browser window less
+    10.5rem (True: presentation mode's step row) or less the CSS length given, instead of ``height``. ``view_id``: what the view shows (the viewer root's ``data-view``). A click on a node calls ``on_pick`` with ``{"name": DOT id, "pane": pane index}`` before the rerun."""
     data = {
-        "html": viewer_block(panes, legend, notes, stacked),
+        "html": viewer_block(panes, legend, notes, stacked, view_id),
         "focus": list(focus),
         "scale": float(text_scale),
         "height": int(height),
@@ -127,7 +131,7 @@ def clickable_view(
         "picked": picked,
         "partial": list(partial),
         "anim": ("lens:" + animate_key) if animate_key else None,
-        "fill": bool(fill_window),
+        "fill": ("10.5rem" if fill_window is True else fill_window) or None,
     }
 
     def _changed() -> None:

@@ -69,15 +69,51 @@ def pass_pictures(trace, cur: int, pass_filter: str, opts: viz.ViewOptions, scre
     app_modules.module_control(ss, list(dict.fromkeys(views[0].modules + views[1].modules)))
 
 
+#: the step viewer's main column at 1280x800 (CSS px), with the sidebar open and in
+#: presentation mode (sidebar hidden), measured in chromium (tests/test_browser_fit.py)
+MAIN_WIDTH_PX = {False: 815.0, True: 1090.0}
+#: px of the viewer around its panes' drawings: the legend/button bar (two lines of legend, one
+#: of notes), the selected node's line, the hint row, a pane's title strip and border, the gap
+BAR_PX, PICKED_PX, HINT_PX, TITLE_PX, GAP_PX = 56.0, 22.0, 18.0, 23.0, 6.0
+#: the viewer's height in presentation mode at 800 px (calc(100vh - 10.5rem) at 19 px text)
+PRESENTATION_HEIGHT_PX = 600.0
+#: a stacked picture's viewer fills the window but for this many px (:func:`graphs`), and its
+#: height at 800 px
+STACKED_MARGIN_PX = 40
+STACKED_HEIGHT_PX = 800.0 - STACKED_MARGIN_PX
+
+
+def app_panes(screen: Screen) -> viz.PaneSizes:
+    """The step viewer's panes at 1280x800 (:class:`optimus_lens.viz.fit.PaneSizes`): side by
+    side and the diff in a viewer ``screen.height`` px tall, stacked (before above after) in
+    one as tall as the window (:data:`STACKED_HEIGHT_PX`, so both panes are on screen at
+    once); in presentation mode every picture as tall as the window."""
+    w = MAIN_WIDTH_PX[screen.presentation]
+    h = PRESENTATION_HEIGHT_PX if screen.presentation else float(screen.height)
+    hs = PRESENTATION_HEIGHT_PX if screen.presentation else STACKED_HEIGHT_PX
+    inner, inner_s = (x - BAR_PX - PICKED_PX - HINT_PX for x in (h, hs))
+    return viz.PaneSizes(
+        pair=((w - GAP_PX) / 2 - 2, inner - TITLE_PX - 2),
+        stacked=(w - 2, (inner_s - GAP_PX) / 2 - TITLE_PX - 2),
+        single=(w - 2, inner - TITLE_PX - 2),
+    )
+
+
+#: the picture modes' pane arrangements, in order of preference
+ARRANGEMENTS = {"Side by side": ("pair", "stacked"), "Stacked": ("stacked",), "Diff": ("single",)}
+
+
 def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: viz.ViewOptions, screen: Screen) -> None:
     """The step's picture: before | after (or stacked) on one layout, or the diff, in one
-    pan/zoom viewer; a whole pass when ``mode`` is "Whole pass"."""
+    pan/zoom viewer, chosen to fit the viewer (:func:`optimus_lens.viz.fit.fit_step`: a wide step
+    side by side is drawn compactly, folded or stacked); a whole pass when ``mode`` is "Whole pass"."""
     ss = st.session_state
     height = screen.height + (160 if screen.presentation else 0)
     if mode == "Whole pass" and pass_filter is not None:
         pass_pictures(trace, cur, pass_filter, opts, screen, height)
         return
     keep = opts.stable_layout and opts.modules is not True
+    partial = why_panel.partial(ss, trace, cur)
     try:
         shared = (
             None
@@ -88,8 +124,13 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: viz.ViewOp
                 lambda: viz.trace_layout(trace, opts),
             )
         )
-        drawing = replace(opts, text_scale=1.0)  # the text size changes the viewer, not the drawing
-        pic = _cached("picture", (cur, drawing), lambda: viz.step_picture(trace, cur, drawing, layout=shared))
+        drawing = replace(opts, also=frozenset(partial))  # a near miss drawn in the view is drawn, not cut away
+        sizes, arrangements = app_panes(screen), ARRANGEMENTS.get(screen.picture, ("pair", "stacked"))
+        pic, fit = _cached(
+            "picture",
+            (cur, drawing, sizes, arrangements),
+            lambda: viz.fit_step(trace, cur, sizes, drawing, layout=shared, arrangements=arrangements),
+        )
         if screen.picture == "Diff":
             panes = [(f"Diff of step {cur}", _pinned_svg(pic.diff.source))]
         else:
@@ -100,23 +141,25 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: viz.ViewOp
     except Exception as e:  # noqa: BLE001 - a drawing failure is shown in place, never as a traceback
         st.error(f"Step {cur} could not be drawn: {type(e).__name__}: {e}")
         return
-    focus = list(dict.fromkeys(pic.before.focus + pic.after.focus))
     sides = [None] if screen.picture == "Diff" else [cur - 1, cur]
+    stacked = fit.stacked
+    notes = (pic.diff.notes if screen.picture == "Diff" else pic.pair_notes()) + ([fit.note()] if fit.note() else [])
     with st.container(key="lens_graph"):
         clickable_view(
             panes,
-            focus,
+            fit.focus,
             pic.diff.legend,
-            pic.diff.notes,
+            notes,
             key="step_view",
-            stacked=screen.picture == "Stacked",
+            stacked=stacked,
             text_scale=opts.text_scale,
-            height=height * (2 if screen.picture == "Stacked" else 1),
+            height=height,
             selected=ss.get("inspect_node"),
             picked=selection_line(trace, [cur, cur - 1], ss.get("inspect_node")),
-            partial=why_panel.partial(ss, trace, cur),
+            partial=partial,
             animate_key=f"{trace.model}|{'diff' if screen.picture == 'Diff' else 'pair'}",
-            fill_window=bool(ss.get("presentation")),
+            fill_window=True if screen.presentation else (f"{STACKED_MARGIN_PX}px" if stacked else False),
+            view_id=f"{trace.model}|{cur}|{screen.picture}",
             on_pick=lambda v: on_pick(ss, v, trace, cur, sides),
         )
     how = "one layout for all steps" if pic.layout is shared else "one layout for before and after"

@@ -106,9 +106,10 @@ def view_bar(n_nodes: int, model: str | None) -> tuple[Screen, viz.ViewOptions]:
         key="picture",
         persist_state=S.KEEP,
         horizontal=True,
-        help="Side by side: before | after on one layout, zoomed and panned together. Diff: one "
-        "picture — erased nodes ghosted, created ones marked, a dashed arrow from each "
-        "replaced node to its replacement, changed arguments struck through.",
+        help="Side by side: before | after on one layout, zoomed and panned together (a step too "
+        "wide for two panes is drawn compactly, folded or stacked, and the view says so). Stacked: "
+        "before above after. Diff: one picture — erased nodes ghosted, created ones marked, a dashed "
+        "arrow from each replaced node to its replacement, changed arguments struck through.",
     )
     presentation.switch(ss, c[2])
     present = presentation.is_on(ss)

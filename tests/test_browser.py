@@ -157,7 +157,7 @@ def test_before_and_after_panes_line_up_and_move_together_at_1280x800(app_url, t
         lens = _viewer(page)
         before, after = lens.evaluate(_PANE_GEOMETRY)
         shared = set(before["nodes"]) & set(after["nodes"])
-        assert len(shared) >= 10
+        assert len(shared) >= 4  # step 2 drawn to fit: its 2-hop neighbourhood, the 8 towers folded
         for name in shared:  # same place within its pane, same size: same coordinates and zoom
             assert before["nodes"][name] == pytest.approx(after["nodes"][name], abs=1.0), name
         lens.locator(".pane").first.hover()

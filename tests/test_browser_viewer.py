@@ -39,6 +39,13 @@ def _titles(page, pane: int) -> list[str]:
     )
 
 
+def _fits(page) -> list[dict]:
+    """Each step's fit as the report records it on its before | after viewer (``data-fit``)."""
+    return page.eval_on_selector_all(
+        "section.step", "ss => ss.map(s => JSON.parse(s.querySelector('.viewer.pair').dataset.fit || '{}'))"
+    )
+
+
 def test_moving_to_the_next_step_animates_only_what_changed_and_keeps_node_ids(report_file):
     from playwright.sync_api import sync_playwright
 
@@ -48,18 +55,36 @@ def test_moving_to_the_next_step_animates_only_what_changed_and_keeps_node_ids(r
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.goto(path.as_uri())
         assert _anim(page)[0]["skipped"] == "first"
-        after_1 = set(_titles(page, 1))
+        fits = _fits(page)
+        # step 2 is redrawn to fit on its own layout: the transition slides the nodes from where they were
+        assert fits[0]["how"] == "as asked" and fits[1]["how"] != "as asked"
         page.keyboard.press("ArrowRight")
         page.wait_for_selector("#step-2:not([hidden]) .viewer.pair .pane svg")
-        before_2 = set(_titles(page, 0))
         res = _anim(page, "#step-2 .viewer.pair .lens")
-        step = trace.step(2)
-        # the after-pane of step 1 and the before-pane of step 2 draw the same graph: same node ids
-        assert after_1 == before_2
+        assert all(r["skipped"] == "" for r in res) and res[0]["moved"] > 0
+        # two steps in a row drawn as asked, on the trace's one layout
+        k = next(
+            i
+            for i in range(2, len(fits))
+            if fits[i - 1]["how"] == fits[i]["how"] == "as asked"
+            and fits[i - 1]["arrangement"] == fits[i]["arrangement"]
+        )
+        for i in range(3, k + 1):
+            page.keyboard.press("ArrowRight")
+            page.wait_for_selector(f"#step-{i}:not([hidden]) .viewer.pair .pane svg")
+        page.wait_for_timeout(400)
+        after_k = set(_titles(page, 1))
+        page.keyboard.press("ArrowRight")
+        page.wait_for_selector(f"#step-{k + 1}:not([hidden]) .viewer.pair .pane svg")
+        before_next = set(_titles(page, 0))
+        res = _anim(page, f"#step-{k + 1} .viewer.pair .lens")
+        step = trace.step(k + 1)
+        # the after-pane of step k and the before-pane of step k+1 draw the same graph: same node ids
+        assert after_k == before_next
         assert all(r["skipped"] == "" for r in res)
         assert res[0]["moved"] == 0  # one layout for the whole trace: nothing the step did not touch moves
-        assert res[1]["created"] == len(set(step.created) & set(_titles(page, 1))) > 0
-        assert res[1]["erased"] > 0  # step 2's erased nodes fade out of the after pane
+        assert res[1]["created"] == len(set(step.created) & set(_titles(page, 1)))  # new nodes fade in
+        assert res[1]["erased"] > 0  # the step's erased nodes fade out of the after pane
         page.wait_for_timeout(600)
         assert page.eval_on_selector_all(".lens-leaving", "els => els.length") == 0  # faded out, then removed
         browser.close()
@@ -103,7 +128,8 @@ def test_the_app_viewer_animates_next_from_the_positions_of_the_step_before(app_
             page.wait_for_timeout(300)
         browser.close()
     assert res and all(r["skipped"] == "" for r in res), res  # the drawing was replaced; sessionStorage kept step 1
-    assert res[1]["created"] > 0 and res[0]["moved"] == 0
+    # step 2 is redrawn to fit (compactly, on its own layout): its nodes slide from where step 1 drew them
+    assert res[1]["created"] > 0 and res[0]["moved"] > 0
 
 
 _TEXT_PX = """lens => Array.from(lens.querySelectorAll('.pane svg g.graph > g.node text')).filter(t => {

@@ -188,7 +188,8 @@ def _svgs(text: str) -> int:
 def test_every_predefined_pattern_has_a_lesson_file_with_its_sites_and_before_after_graphs(walks, tmp_path):
     import re
 
-    from optimus_lens.viz.lesson import write_lesson
+    from optimus_lens.viz import fit_step, trace_layout
+    from optimus_lens.viz.lesson import LESSON_PANES, write_lesson
 
     for name, w in walks.items():
         path = tmp_path / f"{name}.html"
@@ -202,8 +203,12 @@ def test_every_predefined_pattern_has_a_lesson_file_with_its_sites_and_before_af
         }
         assert "Before:" in slides["before"] and _svgs(slides["before"]) >= 1, name
         assert "After:" in slides["after"] and _svgs(slides["after"]) >= 2, name  # after + provenance
+        # each site drawn in the match picture: itself, or (where the members would not fit the
+        # pane) the "×k" node it is folded into, as the lesson's fit chose
+        pic, _ = fit_step(w.trace, 1, LESSON_PANES, layout=trace_layout(w.trace), arrangements=("single",))
+        drawn = {m: n for n in pic.before.drawn.order for m in pic.before.drawn.members.get(n, [n])}
         for site in w.sites[0]:
-            assert f"<title>{site}</title>" in slides["match"], (name, site)  # the site drawn in the match picture
+            assert f"<title>{drawn[site]}</title>" in slides["match"], (name, site)
             assert site in slides["match"].split("<svg")[0], (name, site)  # and named in the text
         assert "Show the answer" in slides["exercise"] and w.exercise.answer.split(";")[0][:40] in slides[
             "exercise"

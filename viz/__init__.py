@@ -6,7 +6,7 @@ How a view is drawn is one :class:`ViewOptions`. The files, one job each: ``opti
 (ViewOptions), ``marks`` (what is highlighted), ``labels`` (what a node says), ``select``
 (what is drawn: cuts and folding, with ``fold``), ``dot`` (DOT emission), ``views`` (graph,
 step, pass and snapshot views), ``picture`` (a step's before/after/diff on one layout),
-``layout`` (bounded layout), ``render`` (SVG), ``viewer`` (the pan/zoom page), ``figures``
+``layout`` (bounded layout), ``fit`` (what a step's picture draws to fit its pane), ``render`` (SVG), ``viewer`` (the pan/zoom page), ``figures``
 (plotly), ``text`` (step facts), ``report`` (the HTML report) and ``lesson`` (a walkthrough
 drawn).
 """
@@ -19,6 +19,7 @@ from optimus_lens.viz.figures import (
     node_count_figure,
     speedup_figure,
 )
+from optimus_lens.viz.fit import Fit, PaneSizes, fit_step
 from optimus_lens.viz.fold import module_path
 from optimus_lens.viz.labels import node_label
 from optimus_lens.viz.layout import LAYOUT_BUDGET_S, RenderError, draw_pinned
@@ -38,6 +39,8 @@ __all__ = [
     "MAX_NODES",
     "MODULES_ABOVE",
     "STABLE_MAX",
+    "Fit",
+    "PaneSizes",
     "GraphView",
     "Marks",
     "RenderError",
@@ -47,6 +50,7 @@ __all__ = [
     "bench_rows",
     "compile_time_figure",
     "draw_pinned",
+    "fit_step",
     "graph_view",
     "html_report",
     "memory_figure",

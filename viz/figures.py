@@ -6,12 +6,42 @@ shows them with ``st.plotly_chart`` and the HTML report embeds them.
 
 from __future__ import annotations
 
+import textwrap
+
 import plotly.graph_objects as go
 
 from optimus_lens.core.trace import Trace
 from optimus_lens.viz.palette import STANDARD
 
 FAILED_COLOUR = "#c62828"
+#: characters per line of a figure's title (14 px) and of its subtitle: the figures are laid out
+#: for a half-width column of the app at 1280 px (about 400 px), where nothing may be cut off
+TITLE_CHARS, SUB_CHARS = 46, 64
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken at spaces (a longer word stays whole)."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
+
+
+def _frame(fig: go.Figure, title: str, sub: list[str], height: int, legend: bool) -> None:
+    """Title (wrapped, with ``sub`` lines under it), margins that make room for the title and
+    for every tick label (``automargin``), and the legend under the plot (never over the
+    x tick labels): what every figure here shares, so none is cut off in a narrow column."""
+    lines = _wrap(title, TITLE_CHARS)
+    subs = [x for line in sub for x in _wrap(line, SUB_CHARS)]
+    text = "<br>".join(lines) + "".join(f"<br><sup>{x}</sup>" for x in subs)
+    top = 20 + 19 * (len(lines) + len(subs))
+    fig.update_layout(
+        height=height + top - 30 + (28 if legend else 0),
+        margin=dict(l=10, r=10, t=top, b=10 + (28 if legend else 0)),
+        title=dict(text=text, font=dict(size=14), x=0.02),
+        plot_bgcolor="white",
+    )
+    if legend:
+        fig.update_layout(legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0, xanchor="left"))
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
 
 
 def node_count_figure(trace: Trace, current: int | None = None, height: int = 340) -> go.Figure:
@@ -73,15 +103,8 @@ def node_count_figure(trace: Trace, current: int | None = None, height: int = 34
         )
     if current is not None:
         fig.add_vline(x=current, line=dict(color="#1565c0", dash="dash", width=1.5))
-    fig.update_layout(
-        height=height,
-        margin=dict(l=10, r=10, t=30, b=10),
-        title=dict(text="Nodes after each step", font=dict(size=14)),
-        xaxis_title="step",
-        yaxis_title="nodes",
-        legend=dict(orientation="h", yanchor="top", y=-0.28, x=0, xanchor="left"),
-        plot_bgcolor="white",
-    )
+    _frame(fig, "Nodes after each step", [], height, legend=True)
+    fig.update_layout(xaxis_title="step", yaxis_title="nodes")
     fig.update_xaxes(dtick=1 if len(xs) <= 30 else None, gridcolor="#eeeeee")
     fig.update_yaxes(gridcolor="#eeeeee")
     return fig
@@ -227,25 +250,17 @@ def speedup_figure(bench, height: int = 340) -> go.Figure:
                 "%{customdata[1]:.1f} s<extra>compiled</extra>",
             )
         )
-        fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.3))
+        fig.update_layout(barmode="group")
     else:
         fig.update_layout(showlegend=False)
     fig.add_hline(y=1.0, line=dict(color="#616161", dash="dot"))
     unchanged = getattr(bench, "unchanged", [])
-    sub = method_text(bench) + (f"<br>no change (not timed): {', '.join(unchanged)}" if unchanged else "")
+    sub = [method_text(bench)] + ([f"no change (not timed): {', '.join(unchanged)}"] if unchanged else [])
     if any(noise):
-        sub += "<br>hatched: within noise (p10-p90 spans 1.0x)"
-    fig.update_layout(
-        height=height + 20 * (bool(unchanged) + any(noise)),
-        margin=dict(l=10, r=10, t=50 + 20 * (bool(unchanged) + any(noise)), b=10),
-        plot_bgcolor="white",
-        title=dict(
-            text=f"Speedup vs baseline (cumulative, after each pass that made a step)<br><sup>{sub}</sup>",
-            font=dict(size=14),
-        ),
-        yaxis_title="speedup (×)",
-    )
-    fig.update_layout(uniformtext=dict(minsize=9, mode="show"))  # bar labels stay legible on narrow bars
+        sub.append("hatched: within noise (p10-p90 spans 1.0x)")
+    compiled = bool(stages and stages[0].compiled_median_ms)
+    _frame(fig, "Speedup vs baseline (cumulative, after each pass that made a step)", sub, height, compiled)
+    fig.update_layout(yaxis_title="speedup (×)", uniformtext=dict(minsize=9, mode="show"))  # legible bar labels
     # a noisy sample's p10/p90 spread can be many times the bars: clip the axis to the bars, not the whiskers
     top = max([*tops, 1.0]) * 1.5 if stages else 2.0
     fig.update_yaxes(gridcolor="#eeeeee", range=[0, top])
@@ -278,14 +293,8 @@ def memory_figure(bench, height: int = 320) -> go.Figure:
             )
         )
         fig.update_layout(barmode="group")
-    fig.update_layout(
-        height=height,
-        margin=dict(l=10, r=10, t=50, b=10),
-        plot_bgcolor="white",
-        showlegend=False,
-        title=dict(text=f"Peak memory<br><sup>{_peak_note(bench)}</sup>", font=dict(size=14)),
-        yaxis_title="MiB",
-    )
+    _frame(fig, "Peak memory", [_peak_note(bench)], height, legend=False)
+    fig.update_layout(showlegend=False, yaxis_title="MiB")
     fig.update_yaxes(gridcolor="#eeeeee")
     return fig
 
@@ -304,13 +313,8 @@ def compile_time_figure(bench, height: int = 300) -> go.Figure | None:
             hovertemplate="%{x}: compiled in %{y:.2f} s<extra></extra>",
         )
     )
-    fig.update_layout(
-        height=height,
-        margin=dict(l=10, r=10, t=40, b=10),
-        plot_bgcolor="white",
-        title=dict(text="Compile time (torch.compile, Inductor, first call)", font=dict(size=14)),
-        yaxis_title="s",
-    )
+    _frame(fig, "Compile time (torch.compile, Inductor, first call)", [], height, legend=False)
+    fig.update_layout(yaxis_title="s")
     fig.update_yaxes(gridcolor="#eeeeee")
     return fig
 

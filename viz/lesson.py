@@ -24,11 +24,12 @@ from pathlib import Path
 from optimus_lens.core.trace import GraphSnapshot
 from optimus_lens.teach.data import Frame, Search, Walkthrough
 from optimus_lens.viz.dot import emit
+from optimus_lens.viz.fit import PaneSizes, fit_step
 from optimus_lens.viz.labels import box_sizes
 from optimus_lens.viz.layout import LAYOUT_BUDGET_S, Layout, bounded_layout, draw_pinned
 from optimus_lens.viz.marks import Marks
 from optimus_lens.viz.options import ViewOptions
-from optimus_lens.viz.picture import step_picture, trace_layout
+from optimus_lens.viz.picture import trace_layout
 from optimus_lens.viz.select import drawn_graph
 from optimus_lens.viz.viewer import VIEWER_CSS, VIEWER_JS, viewer_block
 
@@ -36,6 +37,10 @@ from optimus_lens.viz.viewer import VIEWER_CSS, VIEWER_JS, viewer_block
 _WHOLE = ViewOptions(full=True, fold=False, modules=False)
 #: pinned drawings leave the legend to the viewer
 _PINNED = ViewOptions(legend_in_graph=False)
+#: a slide's panes at 1280x800 (CSS px of each pane's drawing area; measured in chromium by
+#: benchmarks/step_fit.py): the after slide's after | provenance side by side or stacked, the
+#: match slide's one pane
+LESSON_PANES = PaneSizes(pair=(396.0, 565.0), stacked=(803.0, 270.0), single=(803.0, 565.0))
 
 
 @dataclass
@@ -59,6 +64,8 @@ class LessonPictures:
     panes: dict[str, list[Picture]]
     frames: list[Picture]
     dependent: list[Picture]
+    #: the slide kinds whose panes are stacked (one above the other) to fit the step
+    stacked: set[str] = field(default_factory=set)
 
 
 def _pinned(snap: GraphSnapshot, marks: Marks, layout: Layout | None, title: str, timeout_s: float) -> Picture:
@@ -95,16 +102,26 @@ def _frames(search: Search | None, snap: GraphSnapshot, layout: Layout | None, t
     return [_pinned(graph, frame_marks(f), layout, f.title, timeout_s) for f in search.frames]
 
 
-def lesson_pictures(w: Walkthrough, timeout_s: float = 20.0) -> LessonPictures:
-    """Draw every picture of ``w`` (see the module docstring). Raises RenderError when
-    Graphviz is missing or fails."""
+def lesson_pictures(w: Walkthrough, timeout_s: float = 20.0, text_scale: float = 1.0) -> LessonPictures:
+    """Draw every picture of ``w`` (see the module docstring); each step's pictures are chosen
+    to fit the lesson's panes at 1280x800 (:func:`optimus_lens.viz.fit.fit_step` with
+    :data:`LESSON_PANES`): the match slide's one pane, the after slide's two side by side,
+    else stacked.
+    ``text_scale``: the lesson's text scale. Raises RenderError when Graphviz is missing or fails."""
     trace = w.trace
     before = trace.graph_at(0)
     shared = trace_layout(trace)
     panes: dict[str, list[Picture]] = {}
+    stacked: set[str] = set()
     if trace.steps:
-        pics = [step_picture(trace, i, layout=shared) for i in range(1, len(trace.steps) + 1)]
-        layout = shared or pics[0].layout
+        opts, steps = ViewOptions(text_scale=text_scale), range(1, len(trace.steps) + 1)
+        # the match slide's one pane, and the after slide's after | provenance (stacked when they must)
+        matched = [fit_step(trace, i, LESSON_PANES, opts, layout=shared, arrangements=("single",)) for i in steps]
+        fitted = [fit_step(trace, i, LESSON_PANES, opts, layout=shared) for i in steps]
+        pics = [p for p, _ in fitted]
+        if any(f.stacked for _, f in fitted):
+            stacked.add("after")
+        layout = shared or matched[0][0].layout
         panes["before"] = [_pinned(before, Marks(), layout, f"Before: {w.model}, {len(before)} nodes", timeout_s)]
         panes["match"] = [
             Picture(
@@ -112,18 +129,18 @@ def lesson_pictures(w: Walkthrough, timeout_s: float = 20.0) -> LessonPictures:
                 draw_pinned(p.before.source, timeout_s),
                 p.before.focus,
                 p.before.legend,
-                p.before.notes,
+                p.before.notes + ([f.note()] if f.note() else []),
             )
-            for p in pics
+            for p, f in matched
         ]
-        last = pics[-1]
+        last, last_fit = fitted[-1]
         panes["after"] = [
             Picture(
                 f"After: {trace.nodes_after} nodes",
                 draw_pinned(last.after.source, timeout_s),
                 last.after.focus,
                 last.after.legend,
-                last.after.notes,
+                last.after.notes + ([last_fit.note()] if last_fit.note() else []),
             )
         ]
         panes["after"] += [
@@ -159,7 +176,7 @@ def lesson_pictures(w: Walkthrough, timeout_s: float = 20.0) -> LessonPictures:
         panes["exercise"] = [pic]
     frames = _frames(w.search, before, layout, timeout_s)
     dependent = _frames(w.dependent, before, None, timeout_s)
-    return LessonPictures(panes, frames, dependent)
+    return LessonPictures(panes, frames, dependent, stacked)
 
 
 # ----------------------------------------------------------------------------- the file
@@ -224,11 +241,11 @@ show(m ? +m[1] - 1 : 0);
 """
 
 
-def _viewer(pics: list[Picture], hidden: bool = False, cls: str = "viewer") -> str:
+def _viewer(pics: list[Picture], hidden: bool = False, cls: str = "viewer", stacked: bool = False) -> str:
     focus = list(dict.fromkeys(n for p in pics for n in p.focus))
     legend = list({(e.fill, e.border, e.text, e.dashed): e for p in pics for e in p.legend}.values())
     notes = list(dict.fromkeys(n for p in pics for n in p.notes))
-    block = viewer_block([(p.title, p.svg) for p in pics], legend, notes)
+    block = viewer_block([(p.title, p.svg) for p in pics], legend, notes, stacked=stacked)
     return (
         f"<div class='{cls}'{' hidden' if hidden else ''} data-focus='{html.escape(json.dumps(focus), quote=True)}'>"
         f"{block}</div>"
@@ -340,7 +357,7 @@ def gain_html(w: Walkthrough) -> str:
 def lesson_html(w: Walkthrough, pictures: LessonPictures | None = None, text_scale: float = 1.0) -> str:
     """The lesson on ``w`` as one self-contained HTML page (see the module docstring).
     ``text_scale`` scales the text and the viewer's opening zoom (1.7 suits a projector)."""
-    pics = pictures or lesson_pictures(w)
+    pics = pictures or lesson_pictures(w, text_scale=text_scale)
     title = f"{w.pattern} — an Optimus Lens lesson"
     out = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
@@ -353,7 +370,7 @@ def lesson_html(w: Walkthrough, pictures: LessonPictures | None = None, text_sca
     for i, s in enumerate(w.slides, 1):
         text, views = [_lines(s.lines)], ""
         if s.kind in ("before", "match", "after") and pics.panes.get(s.kind):
-            views = _viewer(pics.panes[s.kind])
+            views = _viewer(pics.panes[s.kind], stacked=s.kind in pics.stacked)
         elif s.kind == "search" and pics.panes.get("search"):
             views = _viewer(pics.panes["search"])
         elif s.kind in ("search", "dependent"):

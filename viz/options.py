@@ -32,7 +32,10 @@ class ViewOptions:
 
     * ``hops``, ``max_nodes``: a view with more than ``max_nodes`` drawable nodes shows the
       marked nodes and their ``hops``-hop neighbourhood (edges followed both ways);
-      ``full`` draws every node instead.
+      ``full`` draws every node instead. ``local``: the neighbourhood cut whatever the
+      graph's size (what :func:`optimus_lens.viz.fit.fit_step` draws when a step is too wide for
+      its pane). ``also``: nodes drawn as seeds of the neighbourhood besides the marked ones,
+      never folded into another node (a near miss's partial match outlined in the view).
     * ``fold_params``: lifted parameter placeholders fold into their users ("+N params").
     * ``fold``: k parallel copies fold into one "×k" node; None: above :data:`FOLD_ABOVE`
       drawable nodes.
@@ -51,6 +54,8 @@ class ViewOptions:
     hops: int = HOPS
     max_nodes: int = MAX_NODES
     full: bool = False
+    local: bool = False
+    also: frozenset[str] = frozenset()
     fold_params: bool = True
     fold: bool | None = None
     modules: bool | None = None
@@ -64,6 +69,7 @@ class ViewOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "unfolded", frozenset(self.unfolded))  # any iterable of paths; kept hashable
+        object.__setattr__(self, "also", frozenset(self.also))
 
 
 #: the options of a view drawn with none given (every field at its default)

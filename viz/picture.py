@@ -19,7 +19,7 @@ from optimus_lens.viz.layout import Layout, bounded_layout
 from optimus_lens.viz.marks import Marks, step_marks
 from optimus_lens.viz.options import DEFAULT, FOLD_ABOVE, MODULES_ABOVE, ViewOptions
 from optimus_lens.viz.select import Drawn, drawable_count, drawn_graph, users_index
-from optimus_lens.viz.views import GraphView, view_of
+from optimus_lens.viz.views import GraphView, focus_of, view_of
 
 #: a trace whose graphs, all steps together, draw at most this many distinct nodes gets one
 #: layout for all its steps (:func:`trace_layout`)
@@ -50,6 +50,35 @@ class StepPicture:
 
     def views(self) -> dict[str, GraphView]:
         return {"before": self.before, "after": self.after, "diff": self.diff}
+
+    def pair_notes(self) -> list[str]:
+        """The notes of the before | after viewer, each pane counted on its own (as the app's
+        caption counts them; the diff view's notes count the union it draws): parameters
+        folded, parallel copies drawn as "×k", nodes not shown, a fallback layout."""
+        b, a = self.before.drawn, self.after.drawn
+        if b is None or a is None:
+            return list(self.diff.notes)
+        out = []
+        params = max(b.folded_params, a.folded_params)
+        if params:
+            out.append(f"{params} parameter placeholders folded into their users")
+        par = [(sum(len(v) for v in d.members.values()), len(d.members)) for d in (b, a)]
+        if par[0] == par[1] and par[0][0]:
+            out.append(f"{par[0][0]:,} parallel nodes drawn as {par[0][1]} '… ×k' nodes (hover one for its members)")
+        elif par[0][0] or par[1][0]:
+            out.append(
+                f"parallel nodes drawn as '… ×k' nodes (hover one for its members): before {par[0][0]:,} as "
+                f"{par[0][1]}, after {par[1][0]:,} as {par[1][1]}"
+            )
+        if b.elided or a.elided:
+            hops = b.hops if b.hops is not None else a.hops
+            out.append(
+                f"… not shown: {b.elided:,} nodes before ({len(b.order):,} drawn of {b.total:,}), {a.elided:,} after "
+                f"({len(a.order):,} drawn of {a.total:,}); showing the {hops}-hop neighbourhood of the marked nodes"
+            )
+        if self.layout.note:
+            out.append(self.layout.note)
+        return out
 
 
 class _Timer:
@@ -140,24 +169,37 @@ def _step_changes(step: Step, before: GraphSnapshot, after: GraphSnapshot, da: D
     return changes
 
 
-def step_picture(trace: Trace, index: int, opts: ViewOptions = DEFAULT, layout: Layout | None = None) -> StepPicture:
-    """Step ``index``'s before, after and diff views on one shared layout, drawn with ``opts``.
+@dataclass
+class Selection:
+    """What a step's picture draws, before any layout: each side's drawn graph (``before``,
+    ``after``), their union (``union``, what the diff view and the layout draw), the marks
+    of each view, the changed arguments and the replaced-by arrows; ``focus``: the drawn
+    sites and created nodes, what the viewer opens on."""
 
-    Each side draws what :func:`optimus_lens.viz.select.drawn_graph` selects for it (same options;
-    folding is on for both when either side has more than :data:`optimus_lens.viz.options.FOLD_ABOVE`
-    drawable nodes). ``layout``: a :func:`trace_layout` to draw on (used when it places
-    every node drawn here). ``opts.modules``: fold modules the step did not touch
-    (:func:`optimus_lens.viz.fold.collapse_modules`; a module holding a node marked on either side
-    stays open on both), except those in ``opts.unfolded``; None: when either side has
-    more than :data:`optimus_lens.viz.options.MODULES_ABOVE` drawable nodes. Otherwise their union is
-    laid out once with :func:`optimus_lens.viz.layout.bounded_layout` (``opts.budget_s`` seconds of
-    ``dot``, else the layered fallback); the diff view draws the union: erased nodes
-    ghosted, created nodes marked, a dashed arrow from each replaced node to its
-    replacement (``Step.replaced``, provenance), and changed arguments struck through /
-    new. ``opts.palette``: the marks' colours (:data:`optimus_lens.viz.palette.PRESENTATION` for
-    presentation mode). No legend node is drawn (the views' ``legend`` says it). Raises
-    IndexError for a step the trace does not have, RenderError when Graphviz is missing
-    or fails."""
+    index: int
+    opts: ViewOptions
+    before: Drawn
+    after: Drawn
+    union: Drawn
+    marks: dict[str, Marks]
+    changes: dict[str, list]
+    provenance: list[tuple[str, str]]
+    focus: list[str]
+    timings: dict[str, float]
+    build: _Timer
+    title: str
+
+    def same_drawing(self, other: Selection) -> bool:
+        """Whether ``other`` draws exactly the same nodes, folded the same way."""
+        return (
+            self.union.order == other.union.order
+            and self.union.members == other.union.members
+            and self.union.edge_mult == other.union.edge_mult
+        )
+
+
+def select_step(trace: Trace, index: int, opts: ViewOptions = DEFAULT) -> Selection:
+    """What :func:`step_picture` draws of step ``index`` with ``opts`` (see there), without laying it out."""
     step = trace.step(index)
     clock = time.perf_counter
     t = clock()
@@ -173,8 +215,7 @@ def step_picture(trace: Trace, index: int, opts: ViewOptions = DEFAULT, layout: 
         fold = drawable > FOLD_ABOVE if fold is None else fold
         modules = drawable > MODULES_ABOVE if modules is None else modules
     select = replace(opts, fold=fold, modules=modules)
-    pinned = replace(opts, legend_in_graph=False)
-    touched = mb.names() | ma.names()
+    touched = mb.names() | ma.names() | set(opts.also)
     with build:
         db = drawn_graph(before, mb, select, users=ib[0], n_params=ib[1], keep_open=touched)
     with moving:
@@ -198,43 +239,91 @@ def step_picture(trace: Trace, index: int, opts: ViewOptions = DEFAULT, layout: 
                 if rb.get(o, o) in du.recs and ra.get(n, n) in du.recs and rb.get(o, o) != ra.get(n, n)
             )
         )
-    layout_s = 0.0
-    if layout is None or any(n not in layout.nodes for n in du.order):
-        with build:
-            g, _, _ = emit(du, md, ViewOptions(clusters=opts.clusters, legend_in_graph=False), changes=changes)
-            sizes = box_sizes(du, changes)
-        layout = bounded_layout(g.source, du.order, du.inputs, sizes, opts.budget_s)
-        layout_s = layout.seconds
+        focus = list(dict.fromkeys(focus_of(db, mb) + focus_of(da, ma)))
+    return Selection(
+        index,
+        opts,
+        db,
+        da,
+        du,
+        {"before": mb, "after": ma, "diff": md},
+        changes,
+        prov,
+        focus,
+        {"rebuild_s": rebuild_s, "index_s": moving.wall},
+        build,
+        f"step {index}: {step.pattern} ({step.pass_name})",
+    )
+
+
+def lay_out(sel: Selection, layout: Layout | None = None) -> Layout:
+    """The layout ``sel`` is drawn on: ``layout`` (a :func:`trace_layout`) when it places every
+    node ``sel`` draws, else the union's own bounded layout (``budget_s`` seconds of ``dot``)."""
+    if layout is not None and all(n in layout.nodes for n in sel.union.order):
+        return layout
+    du = sel.union
+    with sel.build:
+        g, _, _ = emit(
+            du, sel.marks["diff"], ViewOptions(clusters=sel.opts.clusters, legend_in_graph=False), changes=sel.changes
+        )
+        sizes = box_sizes(du, sel.changes)
+    return bounded_layout(g.source, du.order, du.inputs, sizes, sel.opts.budget_s)
+
+
+def draw_selection(sel: Selection, layout: Layout) -> StepPicture:
+    """The before, after and diff views of ``sel`` pinned to ``layout`` (see :func:`step_picture`)."""
+    opts = sel.opts
+    pinned = replace(opts, legend_in_graph=False)
+    build = sel.build
     views = {}
     with build:
-        for side, d, m, kw in (
-            ("before", db, mb, {}),
-            ("after", da, ma, {"changes": changes}),
-            ("diff", du, md, {"changes": changes, "ghosts": True, "provenance": prov}),
+        for side, d, kw in (
+            ("before", sel.before, {}),
+            ("after", sel.after, {"changes": sel.changes}),
+            ("diff", sel.union, {"changes": sel.changes, "ghosts": True, "provenance": sel.provenance}),
         ):
+            m = sel.marks[side]
             gs, legend, notes = emit(d, m, pinned, layout=layout, **kw)
             if layout.note:
                 notes.append(layout.note)
             views[side] = view_of(
-                gs,
-                f"{side} step {index}: {step.pattern} ({step.pass_name})",
-                d,
-                m,
-                legend,
-                notes,
-                0.0,
-                pinned=True,
-                palette=opts.palette,
+                gs, f"{side} {sel.title}", d, m, legend, notes, 0.0, pinned=True, palette=opts.palette
             )
+    db, da = sel.before, sel.after
     fold_s, fold_cpu = db.fold_s + da.fold_s, db.fold_cpu_s + da.fold_cpu_s
     for v in views.values():
         v.build_s = max(0.0, build.wall - fold_s) / 3
     timings = {
-        "rebuild_s": rebuild_s,
-        "index_s": moving.wall,
+        **sel.timings,
         "fold_s": fold_s,
         "dot_build_s": max(0.0, build.wall - fold_s),
         "dot_build_cpu_s": max(0.0, build.cpu - fold_cpu),
-        "layout_s": layout_s,
+        "layout_s": layout.seconds,
     }
-    return StepPicture(index, views["before"], views["after"], views["diff"], layout, changes, timings)
+    return StepPicture(sel.index, views["before"], views["after"], views["diff"], layout, sel.changes, timings)
+
+
+def step_picture(trace: Trace, index: int, opts: ViewOptions = DEFAULT, layout: Layout | None = None) -> StepPicture:
+    """Step ``index``'s before, after and diff views on one shared layout, drawn with ``opts``.
+
+    Each side draws what :func:`optimus_lens.viz.select.drawn_graph` selects for it (same options;
+    folding is on for both when either side has more than :data:`optimus_lens.viz.options.FOLD_ABOVE`
+    drawable nodes). ``layout``: a :func:`trace_layout` to draw on (used when it places
+    every node drawn here). ``opts.modules``: fold modules the step did not touch
+    (:func:`optimus_lens.viz.fold.collapse_modules`; a module holding a node marked on either side
+    stays open on both), except those in ``opts.unfolded``; None: when either side has
+    more than :data:`optimus_lens.viz.options.MODULES_ABOVE` drawable nodes. Otherwise their union is
+    laid out once with :func:`optimus_lens.viz.layout.bounded_layout` (``opts.budget_s`` seconds of
+    ``dot``, else the layered fallback); the diff view draws the union: erased nodes
+    ghosted, created nodes marked, a dashed arrow from each replaced node to its
+    replacement (``Step.replaced``, provenance), and changed arguments struck through /
+    new. ``opts.palette``: the marks' colours (:data:`optimus_lens.viz.palette.PRESENTATION` for
+    presentation mode). No legend node is drawn (the views' ``legend`` says it). Raises
+    IndexError for a step the trace does not have, RenderError when Graphviz is missing
+    or fails."""
+    sel = select_step(trace, index, opts)
+    laid = lay_out(sel, layout)
+    pic = draw_selection(sel, laid)
+    if laid is layout:
+        pic.timings["layout_s"] = 0.0
+    return pic

@@ -27,28 +27,39 @@ from pathlib import Path
 
 from optimus_lens.core.trace import Trace
 from optimus_lens.viz.figures import bench_rows, method_text
+from optimus_lens.viz.fit import PaneSizes, fit_step
 from optimus_lens.viz.layout import Layout, RenderError, draw_pinned
 from optimus_lens.viz.options import DEFAULT, ViewOptions
-from optimus_lens.viz.picture import step_picture, trace_layout
+from optimus_lens.viz.picture import trace_layout
 from optimus_lens.viz.render import render_view
 from optimus_lens.viz.text import step_facts, trace_summary, verify_text
 from optimus_lens.viz.viewer import VIEWER_CSS, VIEWER_JS, svg_body, viewer_block
 from optimus_lens.viz.views import snapshot_view
 
+#: px of the window above a step's viewer (header, the sticky step bar, the step's title):
+#: the viewer takes the rest of the window's height
+VIEWER_ABOVE_PX = 215
+#: a step's panes at 1280x800 (CSS px of each pane's drawing area; measured in chromium by
+#: tests/test_browser_fit.py): what :func:`optimus_lens.viz.fit.fit_step` fits each step's picture to
+REPORT_PANES = PaneSizes(pair=(600.0, 470.0), stacked=(1220.0, 222.0), single=(1220.0, 470.0))
+
 _CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:0;color:#222}
-header{padding:14px 22px 6px} h1{font-size:21px;margin:0 0 6px} h2{font-size:17px;margin:8px 0}
-.charts{display:flex;gap:18px;flex-wrap:wrap} .chart{border:1px solid #eee;border-radius:6px;padding:4px}
+header{padding:8px 22px 4px;display:flex;flex-wrap:wrap;gap:4px 18px;align-items:flex-start}
+header .title{flex:1 1 360px;min-width:0} h1{font-size:19px;margin:0 0 4px} header p{margin:2px 0;font-size:13px}
+h2{font-size:16px;margin:4px 0 5px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.charts{display:flex;gap:10px;flex-wrap:wrap} .chart{border:1px solid #eee;border-radius:6px;padding:2px}
 .chart a circle:hover{stroke:#000;stroke-width:2}
-nav{position:sticky;top:0;background:#fff;z-index:5;padding:6px 22px;border-bottom:1px solid #ddd;display:flex;gap:8px;
+nav{position:sticky;top:0;background:#fff;z-index:5;padding:5px 22px;border-bottom:1px solid #ddd;display:flex;gap:8px;
     align-items:center;flex-wrap:wrap;font-size:13px}
 nav select{font-size:13px} nav button{font-size:13px;padding:2px 10px}
-section.step{padding:6px 22px} section.step[hidden]{display:none}
-table.facts td{padding:2px 10px 2px 0;vertical-align:top;font-size:13px} table.facts td:first-child{color:#666;white-space:nowrap}
-.viewer{height:72vh;min-height:420px}
+section.step,section.captured{padding:2px 22px 6px;scroll-margin-top:40px} section.step[hidden]{display:none} section.bench{padding:6px 22px}
+table.facts{margin-top:8px} table.facts td{padding:2px 10px 2px 0;vertical-align:top;font-size:13px}
+table.facts td:first-child{color:#666;white-space:nowrap}
+.viewer{height:calc(100vh - %(above)dpx);min-height:360px}
 .err{color:#c62828} .failed{color:#c62828;font-weight:bold} .ok{color:#2e7d32}
 table.bench{border-collapse:collapse;font-size:13px} table.bench td,table.bench th{border:1px solid #ddd;padding:3px 8px}
-"""
+""" % {"above": VIEWER_ABOVE_PX}
 
 _JS = """
 const SVGS = JSON.parse(document.getElementById('svgs').textContent);
@@ -59,30 +70,49 @@ async function unpack(b64){
   const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
   return await new Response(stream).text();
 }
+const TEXTS = {};  // "step:side" -> the promise of its unpacked SVG: each drawing unpacked once
+function svgText(key, side){
+  const k = key + ':' + side, d = SVGS[key] || {};
+  if (!(k in TEXTS)) TEXTS[k] = d[side] ? unpack(d[side]) : Promise.resolve('');
+  return TEXTS[k];
+}
+function prefetch(j){  // the neighbours' drawings unpacked ahead, so moving to them shows them at once
+  const s = STEPS[j]; if (s) ['before', 'after', 'diff'].forEach(side => svgText(s.dataset.key, side));
+}
+function inView(sec, box){  // the step's viewer wholly in the window: else its title goes to just under the step bar
+  const nav = document.querySelector('nav'), top = nav ? nav.getBoundingClientRect().bottom : 0;
+  const r = box.getBoundingClientRect();
+  if (r.top < top - 1 || r.bottom > window.innerHeight + 1) window.scrollBy(0, sec.getBoundingClientRect().top - top);
+}
 async function show(i){
   if (!STEPS.length) return;
   cur = Math.max(0, Math.min(STEPS.length - 1, i));
   STEPS.forEach((s, j) => s.hidden = j !== cur);
-  const sec = STEPS[cur], key = sec.dataset.key, data = SVGS[key] || {};
+  const sec = STEPS[cur], key = sec.dataset.key;
   document.getElementById('pick').value = String(cur);
-  history.replaceState(null, '', '#' + sec.id);
+  // the address names the step shown (not on opening: a fragment set while the page loads scrolls to it)
+  if (location.hash || cur) history.replaceState(null, '', '#' + sec.id);
   for (const which of ['pair', 'diff']) {
     const box = sec.querySelector('.viewer.' + which);
     box.hidden = which !== mode;
     if (box.hidden) continue;
     if (!box.dataset.done) {
-      const panes = box.querySelectorAll('.pane');
       const names = which === 'pair' ? ['before', 'after'] : ['diff'];
-      for (let j = 0; j < names.length; j++) {
-        const text = data[names[j]] ? await unpack(data[names[j]]) : '';
-        panes[j].insertAdjacentHTML('beforeend', text);
+      const texts = await Promise.all(names.map(n => svgText(key, n)));
+      if (STEPS[cur] !== sec) return;  // moved on meanwhile
+      if (!box.dataset.done) {
+        const panes = box.querySelectorAll('.pane');
+        texts.forEach((t, j) => panes[j].insertAdjacentHTML('beforeend', t));
+        box.dataset.done = '1';
+        inView(sec, box);
+        lensMount(box.querySelector('.lens'), JSON.parse(sec.dataset.focus), 1.0);
       }
-      box.dataset.done = '1';
-      lensMount(box.querySelector('.lens'), JSON.parse(sec.dataset.focus), 1.0);
     }
+    inView(sec, box);
     // from the step shown before: what moved slides, what is new fades in, what is gone fades out
     lensAnimatePanes(box.querySelector('.lens'), 'lens:report:' + document.title + ':' + which);
   }
+  prefetch(cur + 1); prefetch(cur - 1);
 }
 document.getElementById('prev').onclick = () => show(cur - 1);
 document.getElementById('next').onclick = () => show(cur + 1);
@@ -115,7 +145,7 @@ def embedded_svgs(report: str) -> dict[str, dict[str, str]]:
     return {k: {side: gzip.decompress(base64.b64decode(v)).decode() for side, v in d.items()} for k, d in data.items()}
 
 
-def _line_chart(trace: Trace, width: int = 520, height: int = 170) -> str:
+def _line_chart(trace: Trace, width: int = 380, height: int = 112) -> str:
     """Nodes after each step as an inline SVG polyline; each point links to its step,
     failed verifications are red crosses."""
     ys = [trace.nodes_before] + [s.nodes_after for s in trace.steps]
@@ -150,7 +180,7 @@ def _line_chart(trace: Trace, width: int = 520, height: int = 170) -> str:
     )
 
 
-def _time_chart(trace: Trace, width: int = 520, height: int = 170) -> str:
+def _time_chart(trace: Trace, width: int = 380, height: int = 112) -> str:
     """Match + rewrite milliseconds of each step as inline SVG bars linking to the step."""
     ms = [(s.match_s + s.rewrite_s) * 1e3 for s in trace.steps]
     top = max(ms + [1e-3])
@@ -185,7 +215,9 @@ def _bench_html(bench) -> str:
 def _step_section(
     trace: Trace, i: int, info: dict, shared: Layout | None, opts: ViewOptions, timeout_s: float
 ) -> tuple[str, dict]:
-    """One step's section and its packed drawings; a drawing that fails says why in place."""
+    """One step's section and its packed drawings: its title, the before | after viewer (panes
+    stacked when :func:`optimus_lens.viz.fit.fit_step` chose so), the diff viewer, the facts; a
+    drawing that fails says why in place."""
     st = trace.step(i)
     failed = st.verify is not None and st.verify.ok is False
     rows = "".join(
@@ -195,27 +227,43 @@ def _step_section(
         f"<section class='step' id='step-{i}' data-key='{i}' data-focus='__FOCUS__' hidden>"
         f"<h2>Step {i}: {html.escape(st.pattern)} <small>({html.escape(st.pass_name)})</small> "
         f"<span class='{'failed' if failed else 'ok'}'>verify {html.escape(verify_text(st.verify))}</span></h2>"
-        f"<table class='facts'>{rows}</table>"
     )
+    facts = f"<table class='facts'>{rows}</table>"
     try:
-        pic = step_picture(trace, i, opts, layout=shared)
+        pic, fit = fit_step(trace, i, REPORT_PANES, opts, layout=shared)
         svgs = {k: draw_pinned(v.source, timeout_s) for k, v in pic.views().items()}
     except Exception as e:  # noqa: BLE001 - a drawing failure is reported in place, never as a traceback
         return head.replace("__FOCUS__", "[]") + (
             f"<p class='err'>Step {i} could not be drawn: "
             f"{html.escape(type(e).__name__)}: {html.escape(str(e))}</p>"
             "<div class='viewer pair'></div><div class='viewer diff'></div>"
-            "</section>"
+            f"{facts}</section>"
         ), {}
-    focus = json.dumps(list(dict.fromkeys(pic.before.focus + pic.after.focus)))
-    notes = pic.diff.notes
-    pair = viewer_block([(f"Before step {i}", ""), (f"After step {i}", "")], pic.diff.legend, notes)
-    diff = viewer_block([(f"Diff of step {i}", "")], pic.diff.legend, notes)
+    focus = json.dumps(fit.focus)
+    extra = [fit.note()] if fit.note() else []
+    pair = viewer_block(
+        [(f"Before step {i}", ""), (f"After step {i}", "")],
+        pic.diff.legend,
+        pic.pair_notes() + extra,
+        stacked=fit.stacked,
+    )
+    diff = viewer_block(
+        [(f"Diff of step {i}", "")],
+        pic.diff.legend,
+        pic.diff.notes + ([fit.note(diff=True)] if fit.note(diff=True) else []),
+    )
     body = (
         head.replace("__FOCUS__", html.escape(focus, quote=True))
-        + f"<div class='viewer pair'>{pair}</div><div class='viewer diff' hidden>{diff}</div></section>"
+        + f"<div class='viewer pair' data-fit='{html.escape(json.dumps(_fit_data(fit)), quote=True)}'>{pair}</div>"
+        f"<div class='viewer diff' hidden>{diff}</div>{facts}</section>"
     )
     return body, {k: _pack(svg_body(v)) for k, v in svgs.items()}
+
+
+def _fit_data(fit) -> dict:
+    """What the report records of a step's fit on its viewer (``data-fit``): the arrangement,
+    the zoom it fits at and what was drawn."""
+    return {"arrangement": fit.arrangement, "scale": round(fit.scale, 3), "fits": fit.fits, "how": fit.how}
 
 
 def html_report(
@@ -242,7 +290,7 @@ def html_report(
     title = html.escape(trace.model or "model")
     out = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>Optimus Lens — {title}</title>"
-        f"<style>{_CSS}{VIEWER_CSS}</style></head><body><header>",
+        f"<style>{_CSS}{VIEWER_CSS}</style></head><body><header><div class='title'>",
         f"<h1>Optimus Lens trace: {title}</h1>",
         f"<p>{s['nodes_before']:,} → {s['nodes_after']:,} nodes in {s['steps']} steps; "
         f"{s['failed_steps']} failed verification; final check: {html.escape(s['final_verify'])}.</p>",
@@ -250,13 +298,15 @@ def html_report(
     if s["graphs"] > 1:
         breaks = "; ".join(trace.capture.get("breaks", []))
         out.append(
-            f"<p class='err'>The model has {s['graphs']} graphs (graph breaks: {html.escape(breaks)}); "
-            f"this trace is graph {trace.capture.get('graph_index', 0) + 1}.</p>"
+            f"<p class='err' title='{html.escape(breaks, quote=True)}'>The model has {s['graphs']} graphs "
+            f"(graph breaks: {html.escape(breaks[:120] + ('…' if len(breaks) > 120 else ''))}); this trace is "
+            f"graph {trace.capture.get('graph_index', 0) + 1}.</p>"
         )
+    if bench is not None:
+        out.append("<p><a href='#timing'>Per-pass timing</a> (below the steps)</p>")
+    out.append("</div>")
     if trace.steps:
         out.append(f"<div class='charts'>{_line_chart(trace)}{_time_chart(trace)}</div>")
-    if bench is not None:
-        out.append(_bench_html(bench))
     out.append("</header>")
     packed: dict[str, dict] = {}
     indices = steps or list(range(1, len(trace.steps) + 1))
@@ -278,7 +328,7 @@ def html_report(
             if svgs:
                 packed[str(i)] = svgs
     else:
-        out.append("<section class='step'><h2>No step applied: the captured graph</h2>")
+        out.append("<section class='captured'><h2>No step applied: the captured graph</h2>")
         try:
             v = snapshot_view(trace, 0, replace(opts, legend_in_graph=False))
             r = render_view(v)
@@ -287,6 +337,8 @@ def html_report(
         except RenderError as e:
             out.append(f"<p class='err'>{html.escape(str(e))}</p>")
         out.append("</section>")
+    if bench is not None:
+        out.append(f"<section class='bench' id='timing'>{_bench_html(bench)}</section>")
     out.append(f'<script type="application/json" id="svgs">{json.dumps(packed)}</script>')
     if indices:
         out.append(f"<script>{VIEWER_JS}\n{_JS}</script>")

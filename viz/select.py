@@ -191,7 +191,9 @@ def drawn_graph(
     parallel copies folded into "×k" classes (``fold``; None: when more than
     :data:`optimus_lens.viz.options.FOLD_ABOVE` nodes are drawable), then — unless ``full`` — the
     marked classes and their ``hops``-hop neighbourhood, stopping before a hop would pass
-    ``max_nodes`` drawn nodes (without marks: the first ``max_nodes``). ``modules``: fold
+    ``max_nodes`` drawn nodes (without marks: the first ``max_nodes``); ``local``: that
+    neighbourhood even when the graph has fewer drawable nodes; ``also``: more seeds,
+    each drawn as itself (never folded into another node's "×k"). ``modules``: fold
     modules into one node each (:func:`optimus_lens.viz.fold.collapse_modules`; modules holding a
     ``keep_open`` node — default: the marked ones — or named in ``unfolded`` stay open)
     before the rest; None: when more than :data:`optimus_lens.viz.options.MODULES_ABOVE` nodes are
@@ -199,7 +201,8 @@ def drawn_graph(
     marks (``users``/``n_params`` from :func:`users_index` keep it O(region))."""
     marks = marks or Marks()
     hops, max_nodes, full, fold_params = opts.hops, opts.max_nodes, opts.full, opts.fold_params
-    marked = marks.names()
+    also = {n for n in opts.also if n in snap.nodes}
+    marked = marks.names() | also
     seeds = [n for n in marked if n in snap.nodes]
     t_sel = time.perf_counter()
     if not full and seeds and len(snap) > LOCAL_ABOVE:
@@ -223,7 +226,8 @@ def drawn_graph(
     fold = opts.fold
     if fold is None:
         fold = len(snap) - n_params > FOLD_ABOVE
-    rep = parallel_classes(snap, names, {n: mark_key(marks, n) for n in marked}) if fold else {}
+    mark_of = {n: mark_key(marks, n) + ((n,) if n in also else ()) for n in marked}  # an `also` node stays itself
+    rep = parallel_classes(snap, names, mark_of) if fold else {}
     members: dict[str, list[str]] = {}
     for n in names:
         members.setdefault(rep.get(n, n), []).append(n)
@@ -236,7 +240,7 @@ def drawn_graph(
     else:
         q_inputs = {n: [i for i in dict.fromkeys(snap.nodes[n].inputs) if i in inside] for n in names}
     used_hops: int | None = None
-    if full or len(members) <= max_nodes:
+    if full or (len(members) <= max_nodes and not opts.local):
         shown = set(members)
     else:
         seed_set = {rep.get(n, n) for n in marked if n in snap.nodes}

@@ -17,6 +17,8 @@ import html
 import json
 import re
 
+from optimus_lens.viz.fit import LEGIBLE, PAD_PT
+
 #: transitions between steps: their length (ms), and the most nodes a pane may have to get one
 #: (the views' default cut; a bigger "whole graph" drawing changes without animation)
 ANIMATE_MS = 300
@@ -25,9 +27,13 @@ ANIMATE_MAX = 300
 VIEWER_CSS = """
 .lens{display:flex;flex-direction:column;height:100%;font-family:Helvetica,Arial,sans-serif}
 .lens .top{display:flex;align-items:flex-start;gap:8px;padding:3px 4px;font-size:12px;color:#333;flex:none}
-.lens .legend{flex:1;display:flex;flex-wrap:wrap;gap:2px 14px}
+.lens .keys{flex:1;min-width:0}
+.lens .legend{display:flex;flex-wrap:wrap;gap:2px 14px;max-height:32px;overflow:hidden;cursor:pointer}
+.lens .legend.open{max-height:none}
 .lens .legend span.sw{display:inline-block;width:16px;height:10px;margin-right:5px;vertical-align:middle;border:1.5px solid}
-.lens .legend .note{color:#777}
+.lens .notes{color:#777;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;cursor:pointer;margin-top:1px}
+.lens .notes.open{white-space:normal}
+.lens .notes .note+.note::before{content:" \\00b7  "}
 .lens .bar{flex:none;white-space:nowrap}
 .lens .bar button{font-size:12px;margin-left:4px;padding:2px 8px;border:1px solid #bbb;background:#fafafa;border-radius:4px;cursor:pointer}
 .lens .panes{flex:1;display:flex;gap:6px;min-height:0}
@@ -37,11 +43,14 @@ VIEWER_CSS = """
 .lens .pane.drag{cursor:grabbing}
 .lens .pane h4{flex:none;margin:0;padding:2px 8px;font-size:13px;border-bottom:1px solid #eee;background:#fafafa}
 .lens .pane svg{flex:1;width:100%;height:100%;min-height:0;display:block}
-.lens .hint{font-size:11px;color:#888;padding:2px 4px;flex:none}
+.lens .hint{font-size:11px;color:#888;padding:2px 4px;flex:none;white-space:nowrap;overflow-x:auto}
+.lens .hint .off{color:#8a4b00;border-left:3px solid #ef6c00;padding-left:5px;margin-right:10px}
+.lens .hint .off a{color:#8a4b00;text-decoration:underline;cursor:pointer}
 """
 
 VIEWER_JS = """
 const LENS_ANIMATE_MAX = %(max)d, LENS_ANIMATE_MS = %(ms)d, LENS_MEMORY = {};
+const LENS_LEGIBLE = %(legible)r, LENS_PAD = %(pad)r;  // px per point of the smallest opening zoom; points around the step
 function lensRemember(key, value){
   LENS_MEMORY[key] = value;
   try { sessionStorage.setItem(key, JSON.stringify(value)); } catch (e) {}  // full, or none on file://
@@ -93,6 +102,9 @@ function lensAnimate(svg, key){
     ghost.setAttribute('class', 'lens-leaving');
     ghost.setAttribute('transform', 'translate(' + (prev.m.e - now.m.e) / now.m.a + ' ' + (prev.m.f - now.m.f) / now.m.d + ')');
     ghost.innerHTML = prev.nodes[name].html;
+    // a picture of the node that left, not a node: not found, outlined or clicked as one of this drawing's nodes
+    ghost.querySelectorAll('.node').forEach(n => n.setAttribute('class', 'lens-gone'));
+    ghost.querySelectorAll('title').forEach(t => t.remove());
     g0.appendChild(ghost);
     ghost.animate([{opacity: 1}, {opacity: 0}], opts).onfinish = () => ghost.remove();
   });
@@ -117,41 +129,79 @@ let lensDrag = null;
 window.addEventListener('mouseup', function(){ if (lensDrag) lensDrag.p.classList.remove('drag'); lensDrag = null; });
 window.addEventListener('mousemove', function(e){ if (lensDrag) lensDrag.move(e); });
 function lensMount(root, focusNames, scale, animKey){
+  // Open on the step's nodes (focusNames): the largest zoom that shows them all, at most
+  // 1.5 x scale; when even that is below LENS_LEGIBLE px per point, open legible on their
+  // first part. Whichever of them the view leaves out is listed in the hint row, each name a
+  // link that pans to it. Returns the viewer's handle (also root.__lens).
   const FOCUS = new Set(focusNames), SCALE = scale || 1;
   const panes = Array.from(root.querySelectorAll('.pane')), svgs = panes.map(p => p.querySelector('svg')).filter(Boolean);
-  if (!svgs.length) return;
+  if (!svgs.length) return null;
   let ALL = null;
   svgs.forEach(function(s){ const b = s.viewBox.baseVal;
     ALL = ALL ? {x: Math.min(ALL.x, b.x), y: Math.min(ALL.y, b.y), w: Math.max(ALL.w, b.width), h: Math.max(ALL.h, b.height)}
               : {x: b.x, y: b.y, w: b.width, h: b.height}; });
   let vb = Object.assign({}, ALL);
-  function set(v){ vb = v; svgs.forEach(s => s.setAttribute('viewBox', v.x + ' ' + v.y + ' ' + v.w + ' ' + v.h)); }
-  function size(){ return {W: svgs[0].clientWidth || 600, H: svgs[0].clientHeight || 400}; }
-  function focusBox(){
-    let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
-    svgs.forEach(function(svg){
-      const g0 = svg.querySelector('g.graph'); const t = g0 && g0.transform.baseVal.consolidate();
-      const m = t ? t.matrix : {a: 1, d: 1, e: 0, f: 0};
-      svg.querySelectorAll('g.node').forEach(function(g){
-        const title = g.querySelector('title');
-        if (!title || !FOCUS.has(title.textContent)) return;
-        const b = g.getBBox();
-        const ax = m.a * b.x + m.e, bx = m.a * (b.x + b.width) + m.e, ay = m.d * b.y + m.f, by = m.d * (b.y + b.height) + m.f;
-        x0 = Math.min(x0, ax, bx); x1 = Math.max(x1, ax, bx); y0 = Math.min(y0, ay, by); y1 = Math.max(y1, ay, by);
-      });
+  const boxes = {};  // node title -> its box in the svg's user space (the first pane that draws it)
+  svgs.forEach(function(svg){
+    const g0 = svg.querySelector('g.graph'); const t = g0 && g0.transform.baseVal.consolidate();
+    const m = t ? t.matrix : {a: 1, d: 1, e: 0, f: 0};
+    svg.querySelectorAll('g.node').forEach(function(g){
+      const title = g.querySelector('title');
+      if (!title || title.textContent in boxes || title.textContent.startsWith('__')) return;
+      const b = g.getBBox();
+      const ax = m.a * b.x + m.e, bx = m.a * (b.x + b.width) + m.e, ay = m.d * b.y + m.f, by = m.d * (b.y + b.height) + m.f;
+      boxes[title.textContent] = {x: Math.min(ax, bx), y: Math.min(ay, by), w: Math.abs(bx - ax), h: Math.abs(by - ay)};
     });
+  });
+  const focus = Array.from(FOCUS).filter(n => n in boxes);
+  const off = root.querySelector('.hint .off');
+  let offKey = null;
+  function offscreen(){  // the focus nodes not wholly inside the view, listed with a link to each
+    if (!off) return;
+    const out = focus.filter(function(n){ const b = boxes[n];
+      return b.x < vb.x - 1 || b.y < vb.y - 1 || b.x + b.w > vb.x + vb.w + 1 || b.y + b.h > vb.y + vb.h + 1; });
+    const key = out.join('\\n');
+    if (key === offKey) return;
+    offKey = key;
+    root.dataset.offscreen = String(out.length);
+    off.hidden = !out.length;
+    if (!out.length) { off.innerHTML = ''; return; }
+    off.textContent = out.length + ' of the step\u2019s ' + focus.length + ' nodes off-screen: ';
+    out.slice(0, 40).forEach(function(n){
+      const a = document.createElement('a'); a.href = '#'; a.textContent = n; a.title = 'Pan to ' + n;
+      a.onclick = function(e){ e.preventDefault(); panTo(n); };
+      off.appendChild(a); off.appendChild(document.createTextNode(' '));
+    });
+    if (out.length > 40) off.appendChild(document.createTextNode('\u2026 and ' + (out.length - 40) + ' more'));
+  }
+  function set(v){ vb = v; svgs.forEach(s => s.setAttribute('viewBox', v.x + ' ' + v.y + ' ' + v.w + ' ' + v.h)); offscreen(); }
+  function size(){ return {W: svgs[0].clientWidth || 600, H: svgs[0].clientHeight || 400}; }
+  function boxOf(names){
+    let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+    names.forEach(function(n){ const b = boxes[n]; if (!b) return;
+      x0 = Math.min(x0, b.x); y0 = Math.min(y0, b.y); x1 = Math.max(x1, b.x + b.w); y1 = Math.max(y1, b.y + b.h); });
     return isFinite(x0) ? {x: x0, y: y0, w: x1 - x0, h: y1 - y0} : null;
   }
   function clamp(c, len, lo, span){  // keep the view inside the drawing where the drawing is larger
     return len >= span ? lo + span / 2 - len / 2 : Math.min(Math.max(c - len / 2, lo), lo + span - len);
   }
+  function scaleFor(box, pad){ const s0 = size(); return Math.min(s0.W / (box.w + 2 * pad), s0.H / (box.h + 2 * pad)); }
+  function at(s, cx, cy){ const s0 = size(), w = s0.W / s, h = s0.H / s;
+    set({x: clamp(cx, w, ALL.x, ALL.w), y: clamp(cy, h, ALL.y, ALL.h), w: w, h: h}); }
   function fit(box, pad, maxS, minS){
-    const s0 = size();
-    const s = Math.max(Math.min(s0.W / (box.w + 2 * pad), s0.H / (box.h + 2 * pad), maxS), minS || 0);
-    const w = s0.W / s, h = s0.H / s;
-    set({x: clamp(box.x + box.w / 2, w, ALL.x, ALL.w), y: clamp(box.y + box.h / 2, h, ALL.y, ALL.h), w: w, h: h});
+    at(Math.max(Math.min(scaleFor(box, pad), maxS), minS || 0), box.x + box.w / 2, box.y + box.h / 2);
   }
-  function fitFocus(){ const b = focusBox(); fit(b || ALL, b ? 30 : 8, 1.5 * SCALE, b ? 1.0 * SCALE : 0); }
+  function open(names){  // the opening view of `names`: whole if legible, else legible from their top left
+    const b = boxOf(names);
+    if (!b) { fit(ALL, 8, 1.5 * SCALE, 0); return; }
+    if (scaleFor(b, LENS_PAD) >= LENS_LEGIBLE) { fit(b, LENS_PAD, 1.5 * SCALE, 0); return; }
+    const s0 = size(), s = LENS_LEGIBLE, w = s0.W / s, h = s0.H / s;
+    at(s, b.w + 2 * LENS_PAD > w ? b.x - LENS_PAD + w / 2 : b.x + b.w / 2,
+          b.h + 2 * LENS_PAD > h ? b.y - LENS_PAD + h / 2 : b.y + b.h / 2);
+  }
+  function panTo(n){ const b = boxes[n]; if (!b) return;
+    at(Math.max(size().W / vb.w, LENS_LEGIBLE), b.x + b.w / 2, b.y + b.h / 2); }
+  function fitStep(){ const b = boxOf(focus); fit(b || ALL, b ? LENS_PAD : 8, 1.5 * SCALE, 0); }
   function zoom(f, px, py){
     const s0 = size(); px = px === undefined ? s0.W / 2 : px; py = py === undefined ? s0.H / 2 : py;
     const ux = vb.x + px / s0.W * vb.w, uy = vb.y + py / s0.H * vb.h, w = vb.w * f, h = vb.h * f;
@@ -168,12 +218,16 @@ function lensMount(root, focusNames, scale, animKey){
       lensDrag = d; p.classList.add('drag'); });
   });
   const on = (cls, fn) => { const b = root.querySelector(cls); if (b) b.onclick = fn; };
-  on('.fs', fitFocus); on('.fa', function(){ fit(ALL, 8, 1e9, 0); });
+  on('.fs', fitStep); on('.fa', function(){ fit(ALL, 8, 1e9, 0); });
   on('.zi', function(){ zoom(1 / 1.3); }); on('.zo', function(){ zoom(1.3); });
-  fitFocus();
+  on('.notes', function(){ this.classList.toggle('open'); }); on('.legend', function(){ this.classList.toggle('open'); });
+  open(focus);
   if (animKey) lensAnimatePanes(root, animKey);
+  function show(names){ if (boxOf(names)) open(names); }  // names not drawn here: the view stays
+  root.__lens = {open: open, show: show, panTo: panTo, fitStep: fitStep, scale: () => size().W / vb.w};
+  return root.__lens;
 }
-""" % {"max": ANIMATE_MAX, "ms": ANIMATE_MS}
+""" % {"max": ANIMATE_MAX, "ms": ANIMATE_MS, "legible": LEGIBLE, "pad": PAD_PT}
 
 _BUTTONS = (
     '<button class="fs" title="Zoom to the nodes the step matched and created">fit step</button>'
@@ -183,14 +237,24 @@ _BUTTONS = (
 
 
 def legend_html(legend=(), notes=()) -> str:
-    """The legend rows (:class:`optimus_lens.viz.marks.LegendEntry`) and notes as inline HTML."""
+    """The legend rows (:class:`optimus_lens.viz.marks.LegendEntry`) and notes as inline HTML:
+    the rows wrap onto at most two lines, the notes share one line under them (cut with an
+    ellipsis, the whole text on hover); a click on either opens it whole. So the panes keep
+    their height whatever the step's legend says."""
     rows = [
         f'<span><span class="sw" style="background:{e.fill};border-color:{e.border};'
         f'border-style:{"dashed" if e.dashed else "solid"}"></span>{html.escape(e.text)}</span>'
         for e in legend
     ]
-    rows += [f'<span class="note">{html.escape(n)}</span>' for n in notes]
-    return "".join(rows)
+    out = f'<div class="legend">{"".join(rows)}</div>'
+    if notes:
+        text = " · ".join(notes)
+        out += (
+            f'<div class="notes" title="{html.escape(text, quote=True)}">'
+            + "".join(f'<span class="note">{html.escape(n)}</span>' for n in notes)
+            + "</div>"
+        )
+    return out
 
 
 def svg_body(svg: str) -> str:
@@ -201,19 +265,23 @@ def svg_body(svg: str) -> str:
     return re.sub(r'<svg width="[^"]*" height="[^"]*"', "<svg", body, count=1)
 
 
-def viewer_block(panes: list[tuple[str, str]], legend=(), notes=(), stacked: bool = False) -> str:
+def viewer_block(
+    panes: list[tuple[str, str]], legend=(), notes=(), stacked: bool = False, view_id: str | None = None
+) -> str:
     """The viewer's HTML (legend and buttons bar, panes, hint), without its script: ``panes``
-    are (title, SVG or an empty string to be filled in later) pairs."""
+    are (title, SVG or an empty string to be filled in later) pairs; ``view_id`` names what
+    it shows (the root's ``data-view``, e.g. the app's model, step and picture)."""
     parts = [
         f'<div class="pane">{f"<h4>{html.escape(t)}</h4>" if t else ""}{svg_body(s) if s else ""}</div>'
         for t, s in panes
     ]
     sync = "the panes move together" if len(panes) > 1 else "fit step returns to the change"
     return (
-        f'<div class="lens"><div class="top"><div class="legend">{legend_html(legend, notes)}</div>'
+        f'<div class="lens"{f" data-view={chr(34)}{html.escape(view_id, quote=True)}{chr(34)}" if view_id else ""}>'
+        f'<div class="top"><div class="keys">{legend_html(legend, notes)}</div>'
         f'<div class="bar">{_BUTTONS}</div></div><div class="panes{" stacked" if stacked else ""}">{"".join(parts)}'
-        f'</div><div class="hint">wheel: zoom &middot; drag: pan ({sync}) &middot; hover a node for its arguments, '
-        f"module and source line</div></div>"
+        f'</div><div class="hint"><span class="off" hidden></span><span class="tip">wheel: zoom &middot; drag: pan '
+        f"({sync}) &middot; hover a node for its arguments, module and source line</span></div></div>"
     )
 
 

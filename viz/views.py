@@ -79,9 +79,7 @@ def view_of(
     """The :class:`GraphView` of DOT graph ``g`` (:func:`optimus_lens.viz.dot.emit` of ``d`` with
     ``marks``, which gave ``legend`` and ``notes``), built in ``seconds``; its focus is the
     drawn sites and created nodes, else the other marked nodes."""
-    primary = set(marks.groups) | marks.created  # sites and new nodes first; erased/rewired when none
-    marked = marks.names()
-    focus = [n for n in d.order if n in primary] or [n for n in d.order if n in marked]
+    focus = focus_of(d, marks)
     return GraphView(
         g,
         title,
@@ -102,6 +100,14 @@ def view_of(
         modules=list(d.modules),
         palette=palette,
     )
+
+
+def focus_of(d: Drawn, marks: Marks) -> list[str]:
+    """What a view of ``d`` opens on: the drawn sites and created nodes (a folded "×k" node
+    by its representative), else the other marked nodes, in graph order."""
+    primary = set(marks.groups) | marks.created  # sites and new nodes first; erased/rewired when none
+    marked = marks.names()
+    return [n for n in d.order if n in primary] or [n for n in d.order if n in marked]
 
 
 def graph_view(
