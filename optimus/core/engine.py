@@ -39,7 +39,7 @@ from optimus_lens.core.search import (
     is_search_root,
     key_classes,
 )
-from optimus_lens.core.trace import Delta, Step, Trace, VerifyResult
+from optimus_lens.core.trace import PRE_GRAD, Delta, Step, Trace, VerifyResult
 from optimus_lens.core.where import raised_in, source_of
 
 VERIFY_MODES = ("step", "end", "off")
@@ -160,7 +160,9 @@ class Engine:
     original graph's outputs on them are the reference for verification.
 
     Use :meth:`run` for the finished Trace, or iterate :meth:`steps` to see each Step
-    as it is applied (the app does this for its progress bar).
+    as it is applied (the app does this for its progress bar). ``graph`` names the graph
+    in the Trace and its Steps: ``"pre-grad"`` (the Dynamo graph), or ``"forward"`` /
+    ``"backward"`` for an ATen graph of the post-grad passes.
     """
 
     def __init__(
@@ -171,6 +173,7 @@ class Engine:
         options: RunOptions | None = None,
         model_name: str = "",
         capture_info: dict | None = None,
+        graph: str = PRE_GRAD,
     ):
         self.gm = gm
         self.inputs = tuple(example_inputs)
@@ -185,6 +188,7 @@ class Engine:
                 initial_graph=snapshot_graph(gm.graph if self.opts.record else Graph()),
                 passes=[p.to_json(p.name not in pipeline.disabled) for p in pipeline.passes],
                 capture=capture_info or {},
+                graph=graph,
             )
             self.index = GraphIndex(gm.graph)
         self.stages: list[tuple[str, GraphModule]] = []
@@ -485,6 +489,7 @@ class Engine:
             rewrite_s=rewrite_s,
             nodes_after=len(self.gm.graph.nodes),
             error=error,
+            graph=self.trace.graph,
         )
         self.trace.steps.append(step)
         return step

@@ -13,6 +13,7 @@ from optimus_lens.core.pattern import REGISTRY, Pattern
 from optimus_lens.passes import batch, split_cat  # noqa: F401  (registration)
 from optimus_lens.passes import normalize, einsum  # noqa: F401  (registration)
 from optimus_lens.passes import contract  # noqa: F401  (registration)
+from optimus_lens.passes import post_grad  # noqa: F401  (registration: the ATen patterns, stage "post-grad")
 from optimus_lens.passes.batch_extra import EXTRA_BATCH_PASSES
 from optimus_lens.passes.profit import group_estimate
 
@@ -26,9 +27,10 @@ def pattern_named(name: str) -> Pattern:
         raise KeyError(f"unknown pattern {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
 
 
-def all_patterns() -> list[Pattern]:
-    """Every registered pattern, in registration order (the shipped ones first)."""
-    return list(REGISTRY.values())
+def all_patterns(stage: str | None = None) -> list[Pattern]:
+    """Every registered pattern, in registration order (the shipped ones first); with
+    ``stage`` ("pre-grad" or "post-grad") only the patterns written for that graph."""
+    return [p for p in REGISTRY.values() if stage is None or p.stage == stage]
 
 
 # the shipped batch fusions in pipeline order: each registration's ``pipeline_order`` (upstream's
@@ -178,7 +180,8 @@ def upstream_pipeline(options: dict) -> Pipeline:
 
 def pass_catalogue() -> list[dict]:
     """Every registered pattern as plain data: name, kind, description, preconditions,
-    upstream counterpart and source location (``optimus passes`` prints this)."""
+    upstream counterpart, source location and stage (``"pre-grad"`` or ``"post-grad"``;
+    ``optimus passes`` prints this)."""
     return [
         {
             "name": p.name,
@@ -187,6 +190,7 @@ def pass_catalogue() -> list[dict]:
             "preconditions": list(p.preconditions),
             "upstream": p.upstream,
             "source": p.source,
+            "stage": p.stage,
         }
         for p in REGISTRY.values()
     ]
