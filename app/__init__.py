@@ -1,1 +1,1 @@
-"""The Optimus Lens Streamlit app (``streamlit run app/main.py``) and its session logic."""
+"""The Optimus Lens Streamlit app (``optimus app``; its router is ``app/main.py``) and its session logic."""

@@ -1,4 +1,4 @@
-"""Clickable graph views: the pan/zoom viewer of :mod:`viz.viewer` as a bidirectional
+"""Clickable graph views: the pan/zoom viewer of :mod:`optimus_lens.viz.viewer` as a bidirectional
 Streamlit component (``st.components.v2``).
 
 The server-rendered SVG panes (before | after, stacked, or the diff) are mounted in the
@@ -18,7 +18,7 @@ step's focus; a new selection only moves the outlines, so the zoom stays.
 :func:`on_pick` is what a click does, a plain function of the session state so tests
 can drive it: a click on a folded module (DOT id ``mod:<qualified.path>``) adds the
 path to ``state["unfolded_modules"]``; a click on an FX node of the step's graphs
-selects it in the inspector (:func:`app.inspector.select`), on the side it was clicked.
+selects it in the inspector (:func:`optimus_lens.app.inspector.select`), on the side it was clicked.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ export default function(component){
 _COMPONENT = st.components.v2.component("optimus_lens_graph_view", css=_CSS, js=_JS)
 
 
-def graph_view(
+def clickable_view(
     panes: list[tuple[str, str]],
     focus=(),
     legend=(),
@@ -111,11 +111,11 @@ def graph_view(
     fill_window: bool = False,
     on_pick: Callable[[dict | None], None] | None = None,
 ) -> None:
-    """Mount the viewer of ``panes`` ((title, SVG) pairs, as :func:`viz.panes_html` takes)
+    """Mount the viewer of ``panes`` ((title, SVG) pairs, as :func:`optimus_lens.viz.panes_html` takes)
     as a component of ``height`` px (twice that when ``stacked``), opened on ``focus``.
     ``selected`` (an FX node name) and ``partial`` (names) are outlined, and ``picked`` (a
     line about the selection) is shown above the panes. ``animate_key`` (as
-    :func:`viz.panes_html` takes it) animates a new drawing from the one last shown under
+    :func:`optimus_lens.viz.panes_html` takes it) animates a new drawing from the one last shown under
     the same key. ``fill_window`` (presentation mode) makes the view as tall as the
     browser window allows instead of ``height``. A click on a node calls ``on_pick`` with ``{"name": DOT id, "pane": pane index}`` before the rerun."""
     data = {

@@ -17,7 +17,7 @@ def show_view(
     on_pick=None,
 ) -> None:
     """Lay out ``view`` (bounded; cached by its DOT source) and show it with pan/zoom, opened on its marked nodes.
-    With a ``key``, the view is the clickable component of :mod:`app.graphclick` (``selected``
+    With a ``key``, the view is the clickable component of :mod:`optimus_lens.app.graphclick` (``selected``
     outlined, ``on_pick`` called with a clicked node)."""
     try:
         out = viz.render_view(view)
@@ -26,9 +26,9 @@ def show_view(
         return
     notes = view.notes + ([out.note] if out.note else [])
     if key is not None:
-        from optimus_lens.app.graphclick import graph_view
+        from optimus_lens.app.graphclick import clickable_view
 
-        graph_view(
+        clickable_view(
             [("", out.svg)],
             view.focus,
             view.legend,

@@ -2,7 +2,7 @@
 apply it as a pass and step through the result.
 
 User code runs only when a button is pressed, in a child process with a time limit
-(:mod:`app.lab_runner`); the page says so. Session-state keys (all prefixed ``lab_``):
+(:mod:`optimus_lens.app.lab_runner`); the page says so. Session-state keys (all prefixed ``lab_``):
 ``lab_source`` (the editor's text, never lost on an error), ``lab_name`` (file name),
 ``lab_spec`` (model), ``lab_result`` (the last LabResult), ``lab_action`` ("preview" /
 "apply"), ``lab_time_limit`` (s).
@@ -174,7 +174,7 @@ def preview_panel(r) -> None:
         marks = viz.Marks(
             groups={n: 0 for n in m.partial or [m.node]}, group_labels=[f"best partial match of {m.pattern}"]
         )
-    show_view(viz.graph_view(snap, marks, title="", legend_in_graph=False), height=520)
+    show_view(viz.graph_view(snap, marks, "", viz.ViewOptions(legend_in_graph=False)), height=520)
 
 
 def apply_panel(state, r) -> None:
@@ -221,11 +221,11 @@ def apply_panel(state, r) -> None:
 
 
 def open_in_viewer(state, trace) -> None:
-    """Button callback: show ``trace`` in the step viewer page (runs before the page is drawn,
-    so the page selector can still be set). The viewer cannot re-run or time a user pattern
+    """Button callback: show ``trace`` in the step viewer page (on the next run,
+    :func:`optimus_lens.app.state.go_to`). The viewer cannot re-run or time a user pattern
     (that would run its code in the app's process), so the trace is shown as a file is:
     time it here with "Time it"."""
-    from optimus_lens.app.state import set_trace
+    from optimus_lens.app.state import VIEWER, go_to, set_trace
 
     set_trace(state, trace, None, f"Pattern Lab: {state['lab_name']}.py on {state['lab_spec']}")
-    state["page_choice"] = "Step viewer"
+    go_to(state, VIEWER)

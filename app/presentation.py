@@ -2,7 +2,7 @@
 bool, so every page reads it, the step viewer's and the teaching pages alike), for a
 projector and a class: large text, the graphs first and as tall as the window, the
 controls out of the way (sidebar hidden, view controls collapsed), the left/right keys
-pressing Previous/Next, and the colour-blind-safe palette (:data:`viz.palette.PRESENTATION`)."""
+pressing Previous/Next, and the colour-blind-safe palette (:data:`optimus_lens.viz.palette.PRESENTATION`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import streamlit as st
 
 from optimus_lens.viz.palette import PRESENTATION, STANDARD, Palette
 
-KEY = "presentation"
+KEY = "presentation"  # its first value (False) comes from app.state.init
 #: text scale of the graphs in presentation mode: 10 pt labels at 17-25 px
 TEXT_SCALE = 1.7
 
@@ -46,11 +46,6 @@ _KEYS = """<script>
   });
 })();
 </script>"""
-
-
-def init(state: MutableMapping) -> None:
-    """Presentation mode starts off."""
-    state.setdefault(KEY, False)
 
 
 def is_on(state: MutableMapping) -> bool:

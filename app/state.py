@@ -11,6 +11,15 @@ Every function takes the session state as a plain ``MutableMapping`` (Streamlit'
 * ``error`` — (title, message) of the last failed action, or None; the app shows it once
 * ``bench`` — the BenchResult measured for this trace, or None
 * ``upload_id`` — identity of the last upload handled, so a rerun does not reload it
+* ``presentation`` — presentation mode on (:mod:`optimus_lens.app.presentation`), read by every page
+* ``page_choice`` — the title of the page on screen (one of :data:`PAGES`), set by the
+  router (``app/main.py``) on every run; set to another page (:func:`go_to`, from a button
+  callback), the next run shows that page
+* ``page_shown`` — the page the last run drew (the router's, to tell a page asked for from
+  one the user picked in the navigation)
+
+:func:`init` is the one place these are given their first values; each page keeps its own
+keys (``lab_``, ``teach_``, ``sweep_`` prefixes) and fills them in itself.
 """
 
 from __future__ import annotations
@@ -19,7 +28,24 @@ from collections.abc import MutableMapping
 
 from optimus_lens.core.trace import Trace, TraceFormatError
 
-DEFAULTS = {"trace": None, "spec": None, "source": "", "cur_step": 0, "error": None, "bench": None, "upload_id": None}
+DEFAULTS = {
+    "trace": None,
+    "spec": None,
+    "source": "",
+    "cur_step": 0,
+    "error": None,
+    "bench": None,
+    "upload_id": None,
+    "presentation": False,
+}
+
+#: the app's pages, by title (what ``page_choice`` holds and :func:`go_to` takes)
+VIEWER, LAB, TEACH, SWEEP = "Step viewer", "Pattern Lab", "Teach", "Sweep"
+PAGES = (VIEWER, LAB, TEACH, SWEEP)
+PAGE, PAGE_SHOWN = "page_choice", "page_shown"
+#: what ``optimus app --model X`` and ``--sweep DIR`` set: the sample the step viewer offers
+#: first, and the sweep directory the Sweep page opens (Sweep is then the first page)
+MODEL_ENV, SWEEP_ENV = "OPTIMUS_LENS_MODEL", "OPTIMUS_LENS_SWEEP"
 
 
 def init(state: MutableMapping) -> None:
@@ -27,6 +53,14 @@ def init(state: MutableMapping) -> None:
     for k, v in DEFAULTS.items():
         if k not in state:
             state[k] = v
+
+
+def go_to(state: MutableMapping, page: str) -> None:
+    """Show ``page`` (a title of :data:`PAGES`) on the next run: for a button callback,
+    which runs before the page is drawn. Raises ValueError for an unknown page."""
+    if page not in PAGES:
+        raise ValueError(f"no page {page!r}; the pages are {', '.join(PAGES)}")
+    state[PAGE] = page
 
 
 def error_message(exc: BaseException) -> tuple[str, str]:

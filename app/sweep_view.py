@@ -12,18 +12,16 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from optimus_lens.app import state as S
 from optimus_lens.sweep.configs import SweepError
 from optimus_lens.sweep.results import load_sweep
 from optimus_lens.viz.sweep_summary import table_row
-
-ENV = "OPTIMUS_LENS_SWEEP"  # `optimus app --sweep DIR`
 
 
 def open_run(state, out_dir: str, row: dict, which: str = "trace") -> None:
     """Button callback: load the run's trace (``which``: "trace" or "upstream_trace") and
     show it in the step viewer; on failure ``state["sweep_error"]`` says why. A sample or
     ``hf:`` model keeps its spec, so the viewer can run and time it again."""
-    from optimus_lens.app.state import set_trace
     from optimus_lens.core.trace import Trace, TraceFormatError
 
     path = Path(out_dir) / row[which]
@@ -34,8 +32,8 @@ def open_run(state, out_dir: str, row: dict, which: str = "trace") -> None:
         return
     spec = row["model"] if row["model"].startswith(("sample:", "hf:")) else None
     what = "upstream passes" if which == "upstream_trace" else f"config {row['config']}"
-    set_trace(state, trace, spec, f"sweep {Path(out_dir).name}: {row['model']}, {what}")
-    state["page_choice"] = "Step viewer"
+    S.set_trace(state, trace, spec, f"sweep {Path(out_dir).name}: {row['model']}, {what}")
+    S.go_to(state, S.VIEWER)
 
 
 def _details(state, out_dir: str, row: dict) -> None:
@@ -90,7 +88,7 @@ def page() -> None:
     st.subheader("Sweep")
     out_dir = st.text_input(
         "Sweep directory",
-        value=os.environ.get(ENV, ""),
+        value=os.environ.get(S.SWEEP_ENV, ""),
         key="sweep_dir",
         placeholder="the --out DIR of optimus sweep",
         help="A directory written by `optimus sweep ... --out DIR` (results.jsonl, traces/, "

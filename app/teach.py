@@ -1,7 +1,7 @@
 """The Teach page: a guided walk through one predefined pattern, slide by slide.
 
 Pick a pattern; the page shows :func:`optimus_lens.teach.walk.walkthrough` on its teaching model
-(drawn by :mod:`viz.lesson`, on the step viewer's geometry): what it looks for, the
+(drawn by :mod:`optimus_lens.viz.lesson`, on the step viewer's geometry): what it looks for, the
 search (frames on a slider), the match, the graph after, what it bought, and an exercise
 whose answer is what ``optimus why`` says. With ``st.session_state["presentation"]``
 True the text and the drawings are larger. The same lesson, as an offline file, is

@@ -1,7 +1,7 @@
 """The app's timing panel: per-pass speedup and memory, measured by :mod:`optimus_lens.perf.bench`.
 
 The same code as ``optimus bench``: :func:`optimus_lens.perf.bench.bench_pipeline` measures, the
-figures come from :mod:`viz.figures`, and the slowdown flags (one warning per pass
+figures come from :mod:`optimus_lens.viz.figures`, and the slowdown flags (one warning per pass
 whose measured effect is a slowdown beyond the noise), the noise warning and the ratios
 are the BenchResult's own (what the CLI prints). Only passes that made a step are timed and
 plotted; the others are listed as "no change".

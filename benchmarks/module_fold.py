@@ -5,7 +5,7 @@ sides), and the text size at which the whole picture fits one pane of the side-b
 viewer at 1280x800 (about 600 x 520 px): ``px = 10 pt x min(600 / width, 520 / height)``
 with the layout's size in points. A picture whose fit-all text is below ~5 px cannot be
 read as a whole: the reader sees only a window of it. The threshold
-(:data:`viz.graph.MODULES_ABOVE`) is chosen from these rows (docs/ARCHITECTURE.md).
+(:data:`optimus_lens.viz.MODULES_ABOVE`) is chosen from these rows (docs/ARCHITECTURE.md).
 
     .venv/bin/python benchmarks/module_fold.py --json module_fold.json   # ~2 min
 """
@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from optimus_lens.frontend.run import optimize  # noqa: E402
-from optimus_lens.viz.graph import _drawable, step_picture  # noqa: E402
+from optimus_lens.viz import ViewOptions, step_picture  # noqa: E402
+from optimus_lens.viz.select import drawable_count  # noqa: E402
 
 SAMPLES = (
     "recsys_towers",
@@ -49,9 +50,9 @@ def measure(name: str, max_steps: int) -> list[dict]:
     idx = sorted({1 + round(i * (n - 1) / max(max_steps - 1, 1)) for i in range(min(n, max_steps))}) if n else []
     rows = []
     for i in idx:
-        drawable = max(_drawable(trace.before(i), None, True), _drawable(trace.after(i), None, True))
-        off = step_picture(trace, i, modules=False)
-        on = step_picture(trace, i, modules=True)
+        drawable = max(drawable_count(trace.before(i), None, True), drawable_count(trace.after(i), None, True))
+        off = step_picture(trace, i, ViewOptions(modules=False))
+        on = step_picture(trace, i, ViewOptions(modules=True))
         rows.append(
             {
                 "model": name,

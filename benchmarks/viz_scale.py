@@ -52,9 +52,10 @@ from optimus_lens.core.engine import Engine, RunOptions  # noqa: E402
 from optimus_lens.core.record import snapshot_graph  # noqa: E402
 from optimus_lens.core.trace import Trace  # noqa: E402
 from optimus_lens.passes import default_pipeline  # noqa: E402
-from optimus_lens.viz.graph import Marks, graph_view, is_param, render_view, step_picture  # noqa: E402
+from optimus_lens.viz import Marks, ViewOptions, graph_view, render_view, step_picture  # noqa: E402
 from optimus_lens.viz.index import users_at  # noqa: E402
 from optimus_lens.viz.layout import draw_pinned  # noqa: E402
+from optimus_lens.viz.select import is_param  # noqa: E402
 
 
 def towers_trace(nodes: int) -> Trace:
@@ -73,7 +74,7 @@ def towers_trace(nodes: int) -> Trace:
 
 
 def step_times(trace: Trace, index: int) -> dict:
-    """Seconds per phase of step ``index``'s picture (:attr:`viz.graph.StepPicture.timings`),
+    """Seconds per phase of step ``index``'s picture (:attr:`optimus_lens.viz.StepPicture.timings`),
     and of drawing its before and after panes."""
     pic = step_picture(trace, index)
     t0 = time.perf_counter()
@@ -148,15 +149,15 @@ def measure_chain(blocks: int) -> dict:
     names = list(snap.nodes)
     mid = names[len(names) // 2]
     views = {
-        "first 300 nodes": dict(marks=None),
-        "2-hop of a node": dict(marks=Marks(groups={mid: 0})),
-        "60-hop of a node": dict(marks=Marks(groups={mid: 0}), hops=60),
-        "2,000-node cut": dict(marks=None, max_nodes=2000),
+        "first 300 nodes": (None, ViewOptions(legend_in_graph=False)),
+        "2-hop of a node": (Marks(groups={mid: 0}), ViewOptions(legend_in_graph=False)),
+        "60-hop of a node": (Marks(groups={mid: 0}), ViewOptions(hops=60, legend_in_graph=False)),
+        "2,000-node cut": (None, ViewOptions(max_nodes=2000, legend_in_graph=False)),
     }
     out = {}
-    for label, kw in views.items():
+    for label, (marks, opts) in views.items():
         t0 = time.perf_counter()
-        v = graph_view(snap, legend_in_graph=False, **kw)
+        v = graph_view(snap, marks, "", opts)
         build = time.perf_counter() - t0
         r = render_view(v)
         out[label] = {

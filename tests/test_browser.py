@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from optimus_lens.viz.graph import GROUP_COLOURS
+from optimus_lens.viz.palette import STANDARD
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -93,7 +93,7 @@ def test_run_in_chromium_shows_a_step_with_its_sites_highlighted(app_url, tmp_pa
         # the before/after graphs are SVGs inside the viewer iframes; sites carry a group colour
         deadline = time.time() + 60
         fills = set()
-        while time.time() < deadline and not fills & set(GROUP_COLOURS):
+        while time.time() < deadline and not fills & set(STANDARD.groups):
             for frame in page.frames:
                 try:
                     fills |= set(
@@ -109,7 +109,7 @@ def test_run_in_chromium_shows_a_step_with_its_sites_highlighted(app_url, tmp_pa
             '[data-testid="stException"]'
         ).first.inner_text()
         browser.close()
-    assert fills & set(GROUP_COLOURS), (
+    assert fills & set(STANDARD.groups), (
         f"no highlighted site in the rendered graphs (fills seen: {sorted(f for f in fills if f)[:12]})"
     )
 

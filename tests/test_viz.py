@@ -12,7 +12,9 @@ import pytest
 from optimus_lens import viz
 from optimus_lens.core.trace import Delta, GraphSnapshot, NodeRecord, Step, Trace, VerifyResult
 from optimus_lens.perf.timings import BenchResult, StageTiming
-from optimus_lens.viz.graph import CREATED_BORDER, CREATED_FILL, ERASED_BORDER, GROUP_COLOURS, graph_view, neighbourhood
+from optimus_lens.viz import graph_view
+from optimus_lens.viz.palette import STANDARD
+from optimus_lens.viz.select import neighbourhood
 
 # --------------------------------------------------------------------------- a hand-built trace
 
@@ -127,16 +129,16 @@ def test_before_view_fills_sites_with_group_colour_and_dashes_erased_nodes_red()
     v = viz.step_view(five_linears_trace(), 1, "before")
     for i in range(5):
         line = node_line(v.source, f"linear_{i}")
-        assert f'fillcolor="{GROUP_COLOURS[0]}"' in line
-        assert "dashed" in line and ERASED_BORDER in line
-    assert GROUP_COLOURS[0] not in node_line(v.source, "cat")  # not a site
+        assert f'fillcolor="{STANDARD.groups[0]}"' in line
+        assert "dashed" in line and STANDARD.erased_border in line
+    assert STANDARD.groups[0] not in node_line(v.source, "cat")  # not a site
 
 
 def test_after_view_marks_created_nodes_green_and_drops_erased_sites():
     v = viz.step_view(five_linears_trace(), 1, "after")
     for name in ("stack", "bmm", "unbind", "getitem_3"):
         line = node_line(v.source, name)
-        assert CREATED_BORDER in line and CREATED_FILL in line
+        assert STANDARD.created_border in line and STANDARD.created_fill in line
     assert not re.search(r'^\s*"?linear_0"? \[', v.source, re.M)
     assert set(v.focus) == set(five_linears_trace().step(1).created)  # the viewer zooms onto the new nodes
 
@@ -150,14 +152,14 @@ def test_legend_names_the_marks_present_in_the_view():
 
 def test_a_viewer_that_shows_the_legend_itself_gets_a_drawing_without_one():
     drawn = viz.step_view(five_linears_trace(), 1, "before")
-    bare = viz.step_view(five_linears_trace(), 1, "before", legend_in_graph=False)
+    bare = viz.step_view(five_linears_trace(), 1, "before", viz.ViewOptions(legend_in_graph=False))
     assert "__legend__" in drawn.source and "__legend__" not in bare.source
     assert bare.legend == drawn.legend and any("step 1 (batch_linear)" in e.text for e in bare.legend)
 
 
 def test_labels_give_op_short_target_shape_dtype_and_readable_placeholders():
     t = five_linears_trace()
-    src = viz.step_view(t, 1, "after", fold_params=False).source
+    src = viz.step_view(t, 1, "after", viz.ViewOptions(fold_params=False)).source
     assert 'label="x\\n4×8 f32"' in node_line(src, "l_x_")
     assert "fc0.weight" in node_line(src, "l_self_modules_fc0_parameters_weight_")
     assert "getitem [3]" in node_line(src, "getitem_3")
@@ -173,15 +175,15 @@ def test_parameter_placeholders_fold_into_their_users():
     assert not re.search(r'^\s*"?l_self_modules_fc0_parameters_weight_"? \[', folded.source, re.M)
     assert not re.search(r"\bl_self_modules_fc0_parameters_weight_\"? ->", folded.source)
     assert "+1 param" in node_line(folded.source, "linear_0")
-    shown = viz.step_view(t, 1, "before", fold_params=False)
+    shown = viz.step_view(t, 1, "before", viz.ViewOptions(fold_params=False))
     assert shown.folded == 0 and "l_self_modules_fc0_parameters_weight_" in shown.source
 
 
 def test_pass_overview_gives_each_step_its_own_colour():
     t = five_linears_trace()
     after = viz.pass_view(t, "batch_linear", "after")
-    assert f'fillcolor="{GROUP_COLOURS[0]}"' in node_line(after.source, "bmm")  # made by step 1
-    assert f'fillcolor="{GROUP_COLOURS[1]}"' in node_line(after.source, "relu")  # made by step 2
+    assert f'fillcolor="{STANDARD.groups[0]}"' in node_line(after.source, "bmm")  # made by step 1
+    assert f'fillcolor="{STANDARD.groups[1]}"' in node_line(after.source, "relu")  # made by step 2
     assert "step 1 (batch_linear)" in after.source and "step 2 (batch_linear)" in after.source
     with pytest.raises(KeyError):
         viz.pass_view(t, "batch_relu", "after")
@@ -194,14 +196,14 @@ def test_small_graph_is_drawn_whole():
 
 def test_big_graph_is_cut_to_the_k_hop_neighbourhood_with_the_elided_count():
     snap = chain_snapshot(1000)
-    v = graph_view(snap, viz.Marks(groups={"n500": 0}), hops=2)
+    v = graph_view(snap, viz.Marks(groups={"n500": 0}), "", viz.ViewOptions(hops=2))
     names = set(re.findall(r'^\s*"?(n\d+)"? \[', v.source, re.M))
     assert names == {"n498", "n499", "n500", "n501", "n502"}
     assert v.elided == 995 and v.hops == 2
     assert "… 995 nodes not shown" in v.source
-    wider = graph_view(snap, viz.Marks(groups={"n500": 0}), hops=4)
+    wider = graph_view(snap, viz.Marks(groups={"n500": 0}), "", viz.ViewOptions(hops=4))
     assert wider.shown == 9 and "… 991 nodes not shown" in wider.source
-    full = graph_view(snap, viz.Marks(groups={"n500": 0}), full=True)
+    full = graph_view(snap, viz.Marks(groups={"n500": 0}), "", viz.ViewOptions(full=True))
     assert full.shown == 1000 and full.elided == 0
 
 
@@ -210,20 +212,22 @@ def test_neighbourhood_stops_before_a_hop_that_would_pass_the_node_limit():
     snap = GraphSnapshot(hub)
     keep, used = neighbourhood(snap, {"u0"}, hops=2, max_nodes=300)
     assert keep == {"u0", "x"} and used == 1  # hop 2 would add all 599 siblings
-    v = graph_view(snap, viz.Marks(groups={"u0": 0}), hops=2, max_nodes=300, fold=False)
+    v = graph_view(snap, viz.Marks(groups={"u0": 0}), "", viz.ViewOptions(hops=2, max_nodes=300, fold=False))
     assert v.shown == 2 and v.hops == 1 and "… 599 nodes not shown" in v.source
 
 
 def test_parallel_copies_fold_into_one_node_with_a_count_before_the_cut():
     hub = [rec("x", "placeholder", "L_x_")] + [rec(f"u{i}", target="torch.relu", inputs=["x"]) for i in range(600)]
-    v = graph_view(GraphSnapshot(hub), viz.Marks(groups={"u0": 0}), hops=2, max_nodes=300)  # 601 nodes: folds
+    v = graph_view(
+        GraphSnapshot(hub), viz.Marks(groups={"u0": 0}), "", viz.ViewOptions(hops=2, max_nodes=300)
+    )  # 601 nodes: folds
     assert v.shown == 3 and v.elided == 0 and v.parallel == 599  # x, the marked u0, u1..u599 as one
     line = node_line(v.source, "u1")
     assert "u1 … ×599" in line and "peripheries=2" in line and "u599" in line  # members listed on hover
 
 
 def test_big_graph_without_marks_shows_its_first_nodes():
-    v = viz.snapshot_view(Trace("chain", chain_snapshot(700)), 0, max_nodes=300)
+    v = viz.snapshot_view(Trace("chain", chain_snapshot(700)), 0, viz.ViewOptions(max_nodes=300))
     assert v.shown == 300 and v.elided == 400 and "first nodes in graph order" in v.source
 
 
@@ -233,12 +237,12 @@ def test_big_graph_without_marks_shows_its_first_nodes():
 def test_render_svg_keeps_the_highlight_colours():
     svg = viz.render_svg(viz.step_view(five_linears_trace(), 1, "before"))
     assert svg.lstrip().startswith("<?xml") or "<svg" in svg[:400]
-    assert GROUP_COLOURS[0] in svg and ERASED_BORDER in svg
+    assert STANDARD.groups[0] in svg and STANDARD.erased_border in svg
     assert 'width="100%"' in viz.responsive_svg(svg)
 
 
 def test_a_layout_past_its_budget_falls_back_to_a_layered_one_and_says_so():
-    view = graph_view(chain_snapshot(3000), full=True, clusters=False)
+    view = graph_view(chain_snapshot(3000), None, "", viz.ViewOptions(full=True, clusters=False))
     out = viz.render_view(view, budget_s=0.05)
     assert "did not lay out 3,000 nodes within 0.05 s" in out.note and "layered layout" in out.note
     assert out.svg.count('class="node"') >= 3000
@@ -323,7 +327,7 @@ def test_html_report_stores_each_steps_before_after_and_diff_once_and_navigates_
     html = viz.html_report(five_linears_trace(), catalogue=[], bench=bench())
     svgs = viz.report.embedded_svgs(html)
     assert sorted(svgs) == ["1", "2"] and all(sorted(d) == ["after", "before", "diff"] for d in svgs.values())
-    assert GROUP_COLOURS[0] in svgs["1"]["before"] and "linear_0&#45;&gt;getitem_0" in svgs["1"]["diff"]
+    assert STANDARD.groups[0] in svgs["1"]["before"] and "linear_0&#45;&gt;getitem_0" in svgs["1"]["diff"]
     assert "id='step-1'" in html and "id='step-2'" in html and "ArrowRight" in html and "ArrowLeft" in html
     assert html.count("function lensMount") == 1 and "<script src" not in html  # one copy, nothing fetched
     assert "Nodes after each step" in html and "Per-pass timing" in html
@@ -336,9 +340,9 @@ def test_views_of_a_recorded_run_highlight_every_step_site():
     trace = optimize("teach_split_cat", verify="off").trace
     assert trace.steps
     for step in trace.steps:
-        before = viz.step_view(trace, step.index, "before", fold_params=False)
+        before = viz.step_view(trace, step.index, "before", viz.ViewOptions(fold_params=False))
         for site in step.sites:
-            assert f'fillcolor="{GROUP_COLOURS[0]}"' in node_line(before.source, site)
+            assert f'fillcolor="{STANDARD.groups[0]}"' in node_line(before.source, site)
     viz.render_svg(viz.step_view(trace, 1, "after"))
 
 
@@ -373,8 +377,8 @@ def test_before_after_and_diff_share_one_layout_so_untouched_nodes_do_not_move()
 
 def test_diff_view_ghosts_erased_nodes_marks_created_ones_and_draws_provenance_arrows():
     diff = viz.step_picture(five_linears_trace(), 1).diff.source
-    assert viz.graph.GHOST_FILL in node_line(diff, "linear_0") and "dashed" in node_line(diff, "linear_0")
-    assert CREATED_BORDER in node_line(diff, "bmm")
+    assert STANDARD.ghost_fill in node_line(diff, "linear_0") and "dashed" in node_line(diff, "linear_0")
+    assert STANDARD.created_border in node_line(diff, "bmm")
     arrows = re.findall(r'^\s*linear_(\d) -> getitem_\1 \[.*color="#6a1b9a".*dashed', diff, re.M)
     assert sorted(arrows) == ["0", "1", "2", "3", "4"]
 
@@ -436,14 +440,16 @@ def test_an_argument_changed_by_the_step_is_drawn_struck_through_beside_the_new_
 
 
 def test_a_node_that_cannot_be_labelled_is_drawn_with_the_reason_not_a_traceback(monkeypatch):
-    real = viz.graph.label_lines
+    from optimus_lens.viz import labels
+
+    real = labels.label_lines
 
     def broken(rec_, *a, **k):
         if rec_.name == "bmm":
             raise IndexError("list index out of range")
         return real(rec_, *a, **k)
 
-    monkeypatch.setattr(viz.graph, "label_lines", broken)
+    monkeypatch.setattr(labels, "label_lines", broken)
     v = viz.step_view(five_linears_trace(), 1, "after")
     assert "cannot label this node: IndexError: list index out of range" in node_line(v.source, "bmm")
     assert "<svg" in viz.render_svg(v)

@@ -21,7 +21,8 @@ from optimus_lens.core.trace import NodeRecord
 from optimus_lens.frontend.run import optimize
 from optimus_lens.sample_models.random_models import build as build_random
 from optimus_lens.sample_models.random_models import random_spec
-from optimus_lens.viz.graph import (
+from optimus_lens.viz import (
+    ViewOptions,
     node_label,
     render_svg,
     render_view,
@@ -41,14 +42,14 @@ except ImportError:
 
 #: each view option a user can pick, besides the defaults
 VIEW_OPTIONS = [
-    dict(),
-    dict(fold_params=False),
-    dict(clusters=False),
-    dict(full=True),
-    dict(hops=1, max_nodes=20),
-    dict(fold=True),
-    dict(fold=False),
-    dict(modules=True),
+    ViewOptions(),
+    ViewOptions(fold_params=False),
+    ViewOptions(clusters=False),
+    ViewOptions(full=True),
+    ViewOptions(hops=1, max_nodes=20),
+    ViewOptions(fold=True),
+    ViewOptions(fold=False),
+    ViewOptions(modules=True),
 ]
 
 
@@ -75,13 +76,13 @@ def _draw_every_step(trace) -> int:
         every_option = len(trace.initial_graph) <= BIG or i in first_of_pattern
         for side in ("before", "after"):
             for opts in VIEW_OPTIONS if every_option else VIEW_OPTIONS[:1]:
-                view = step_view(trace, i, side, **opts)
+                view = step_view(trace, i, side, opts)
                 assert view.shown > 0
-                if not opts:
+                if opts == ViewOptions():
                     assert "<svg" in render_svg(view)
                 drawn += 1
         for opts in VIEW_OPTIONS[:1] + (VIEW_OPTIONS[5:] if every_option else []):  # before, after, diff: one layout
-            pic = step_picture(trace, i, layout=shared, **opts)
+            pic = step_picture(trace, i, opts, layout=shared)
             svgs = [render_view(v).svg for v in pic.views().values()]
             assert all("<svg" in s for s in svgs) and "cannot label" not in "".join(svgs)
             drawn += 3

@@ -9,7 +9,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from optimus_lens.core.trace import Trace
-from optimus_lens.viz.graph import GROUP_COLOURS
+from optimus_lens.viz.palette import STANDARD
 
 FAILED_COLOUR = "#c62828"
 
@@ -51,7 +51,9 @@ def node_count_figure(trace: Trace, current: int | None = None, height: int = 34
                 y=[s.nodes_after for s in steps],
                 mode="markers",
                 name=p,
-                marker=dict(color=GROUP_COLOURS[i % len(GROUP_COLOURS)], size=9, line=dict(color="#333333", width=1)),
+                marker=dict(
+                    color=STANDARD.groups[i % len(STANDARD.groups)], size=9, line=dict(color="#333333", width=1)
+                ),
                 customdata=[s.pattern for s in steps],
                 hovertemplate="step %{x}: %{customdata}<br>%{y} nodes after<extra>" + p + "</extra>",
             )
@@ -116,7 +118,7 @@ def _colours(stages) -> list[str]:
         if s.stage == stages[0].stage or kind in KIND_COLOURS:
             out.append(KIND_COLOURS.get(kind, KIND_COLOURS["baseline"]))
         else:
-            out.append(GROUP_COLOURS[i % len(GROUP_COLOURS)])
+            out.append(STANDARD.groups[i % len(STANDARD.groups)])
             i += 1
     return out
 

@@ -1,4 +1,5 @@
-"""Folding repetition: k parallel copies of the same computation drawn once.
+"""Folding repetition: k parallel copies of the same computation drawn once, and modules
+drawn as one node each.
 
 Two nodes are *parallel copies* when they do the same thing to parallel inputs: same op,
 target, output shape and dtype, same constant arguments (a getitem's index excepted: it
@@ -12,11 +13,17 @@ node shares a class with its own input.
 
 Classes with at least ``min_k`` members fold: the view draws the first member (the
 representative) with an "×k" badge and lists the members on hover.
+
+Module folding (:func:`module_owners`, :func:`collapse_modules`) draws a module the step
+did not touch as one node, id ``mod:<path>`` (:func:`module_path` reads it back).
 """
 
 from __future__ import annotations
 
 import functools
+import re
+from collections import ChainMap
+from dataclasses import replace
 
 from optimus_lens.core.trace import GraphSnapshot, NodeRecord, arg_text
 
@@ -86,6 +93,16 @@ def parallel_classes(
 
 #: a module folds into one node when it has at least this many drawn nodes
 MODULE_MIN = 3
+#: the op of a folded-module node (viz only; never in a Trace)
+MODULE_OP = "module"
+#: a folded module's node id (DOT node name, SVG ``<title>``) is this prefix + its path
+MODULE_ID = "mod:"
+
+
+def module_path(node_id: str) -> str | None:
+    """The module path of a folded module's node id (``mod:towers.3`` -> ``towers.3``, as
+    the SVG ``<title>`` of a ``class="lens-module"`` node reads); None for any other node."""
+    return node_id[len(MODULE_ID) :] if node_id.startswith(MODULE_ID) else None
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -95,8 +112,10 @@ def module_prefixes(path: str) -> tuple[str, ...]:
     return tuple(".".join(parts[: i + 1]) for i in range(len(parts)))
 
 
-def _connected(inputs: dict[str, list[str]], names: list[str]) -> bool:
-    """Whether ``names`` form one weakly connected piece using only edges among themselves."""
+def connected(inputs: dict[str, list[str]], names: list[str]) -> bool:
+    """Whether ``names`` (at least one) form one weakly connected piece using only the edges
+    among themselves; ``inputs`` maps a node to its input nodes (names outside ``names``
+    are ignored). Module folding and the views' module boxes both ask this."""
     members = set(names)
     adj: dict[str, list[str]] = {n: [] for n in names}
     for n in names:
@@ -156,7 +175,7 @@ def module_owners(
             closed[p] = None
             if p not in opened and sum(len(by_path[q]) for q in under[p]) >= min_size:
                 ms = [n for q in under[p] for n in by_path[q]]
-                if _connected({n: nodes[n].inputs for n in ms}, ms):
+                if connected({n: nodes[n].inputs for n in ms}, ms):
                     closed[p] = ms
         return closed[p]
 
@@ -168,3 +187,54 @@ def module_owners(
                     owner[n] = p
                 break
     return owner
+
+
+def collapse_modules(
+    snap: GraphSnapshot, names: list[str], keep_open: set[str], unfolded=frozenset(), min_size: int = MODULE_MIN
+) -> tuple[GraphSnapshot, list[str], dict[str, int]]:
+    """Fold modules (:func:`module_owners`: the outermost closed module of each node's
+    ``nn_module_stack`` path; modules holding a ``keep_open`` node or named in
+    ``unfolded`` stay open) into one node each, id ``mod:<path>``, labelled with its path,
+    class and node count. Its inputs are the members' inputs from outside it (parameters
+    included, so "+N params" counts them); users of members now use it. Identical
+    modules of parallel towers (``towers.3`` and ``towers.7``) share a target
+    (``towers.*``) and node count, so parallel-copy folding draws them once as "×k".
+
+    Returns (a snapshot of the folded graph, its names in order, module node -> how
+    many nodes it stands for)."""
+    owner = {n: MODULE_ID + p for n, p in module_owners(snap, names, keep_open, unfolded, min_size).items()}
+    if not owner:
+        return snap, names, {}
+    groups: dict[str, list[str]] = {}
+    for n in names:  # members in graph order: the module node takes its last member's shape
+        v = owner.get(n)
+        if v is not None:
+            groups.setdefault(v, []).append(n)
+    out, order, weight = GraphSnapshot(), [], {}
+    for n in names:
+        r = snap.nodes[n]
+        v = owner.get(n)
+        if v is None:
+            mapped = list(dict.fromkeys(owner.get(i, i) for i in r.inputs))
+            out.nodes[n] = r if mapped == r.inputs else replace(r, inputs=mapped)
+            order.append(n)
+        elif v not in out.nodes:
+            path, ms = v[len(MODULE_ID) :], groups[v]
+            ext = list(dict.fromkeys(i for m in ms for i in snap.nodes[m].inputs if owner.get(i) != v))
+            last = snap.nodes[ms[-1]]
+            cls = next((snap.nodes[m].module_type for m in ms if snap.nodes[m].module == path), None)
+            out.nodes[v] = NodeRecord(
+                v,
+                MODULE_OP,
+                re.sub(r"\.\d+(?=\.|$)", ".*", path),
+                args=[len(ms)],
+                inputs=[owner.get(i, i) for i in ext],
+                shape=last.shape,
+                dtype=last.dtype,
+                module=path,
+                module_type=cls,
+            )
+            order.append(v)
+            weight[v] = len(ms)
+    out.nodes = ChainMap(out.nodes, snap.nodes)  # parameters and nodes outside the region: as they were
+    return out, order, weight

@@ -3,13 +3,13 @@ slide on one geometry, and the lesson file ``optimus lesson`` writes.
 
 Pictures: the graph before, the match (sites marked) and the graph after (created nodes,
 and the diff with provenance arrows) are drawn on one layout of the trace
-(:func:`viz.graph.trace_layout`, else the step's union layout of
-:func:`viz.graph.step_picture`), so a node stays under the same pixel from slide to
+(:func:`optimus_lens.viz.picture.trace_layout`, else the step's union layout of
+:func:`optimus_lens.viz.picture.step_picture`), so a node stays under the same pixel from slide to
 slide, as in the step viewer. The search frames are drawn pinned to one layout of the
 graph searched; the exercise's variant gets its own.
 
 The lesson file is one self-contained HTML page with no network access: the viewer's
-script and style (:mod:`viz.viewer`) are inline, every drawing is inline SVG. Previous /
+script and style (:mod:`optimus_lens.viz.viewer`) are inline, every drawing is inline SVG. Previous /
 Next buttons and the left / right keys move between slides; a range slider scrubs the
 search frames; the exercise's answer is behind a "Show the answer" button.
 """
@@ -23,9 +23,19 @@ from pathlib import Path
 
 from optimus_lens.core.trace import GraphSnapshot
 from optimus_lens.teach.data import Frame, Search, Walkthrough
-from optimus_lens.viz.graph import Marks, _sizes, drawn_graph, emit, step_picture, trace_layout
+from optimus_lens.viz.dot import emit
+from optimus_lens.viz.labels import box_sizes
 from optimus_lens.viz.layout import LAYOUT_BUDGET_S, Layout, bounded_layout, draw_pinned
+from optimus_lens.viz.marks import Marks
+from optimus_lens.viz.options import ViewOptions
+from optimus_lens.viz.picture import step_picture, trace_layout
+from optimus_lens.viz.select import drawn_graph
 from optimus_lens.viz.viewer import VIEWER_CSS, VIEWER_JS, viewer_block
+
+#: a lesson's graphs are small: every node drawn, nothing folded but the parameters
+_WHOLE = ViewOptions(full=True, fold=False, modules=False)
+#: pinned drawings leave the legend to the viewer
+_PINNED = ViewOptions(legend_in_graph=False)
 
 
 @dataclass
@@ -53,10 +63,10 @@ class LessonPictures:
 
 def _pinned(snap: GraphSnapshot, marks: Marks, layout: Layout | None, title: str, timeout_s: float) -> Picture:
     """``snap`` with ``marks``, pinned to ``layout`` (its own layout when ``layout`` lacks a drawn node)."""
-    d = drawn_graph(snap, marks, full=True, fold=False)
+    d = drawn_graph(snap, marks, _WHOLE)
     if layout is None or any(n not in layout.nodes for n in d.order):
         layout = graph_layout(snap)
-    g, legend, notes = emit(d, marks, "", True, legend_in_graph=False, layout=layout)
+    g, legend, notes = emit(d, marks, _PINNED, layout=layout)
     # these marks are search frames, anchors or the node asked about, not a step's sites
     legend = [replace(e, text=e.text.removeprefix("pattern site: ")) for e in legend]
     focus = [n for n in d.order if n in marks.names()] or list(d.order)  # nothing marked: open on the whole graph
@@ -68,9 +78,9 @@ def _pinned(snap: GraphSnapshot, marks: Marks, layout: Layout | None, title: str
 def graph_layout(snap: GraphSnapshot, budget_s: float = LAYOUT_BUDGET_S) -> Layout:
     """One bounded layout of the whole of ``snap`` (parameters folded, nothing cut), for
     drawing several markings of it at the same place."""
-    d = drawn_graph(snap, None, full=True, fold=False)
-    g, _, _ = emit(d, Marks(), "", True, legend_in_graph=False)
-    return bounded_layout(g.source, d.order, d.inputs, _sizes(d, {}), budget_s)
+    d = drawn_graph(snap, None, _WHOLE)
+    g, _, _ = emit(d, Marks(), _PINNED)
+    return bounded_layout(g.source, d.order, d.inputs, box_sizes(d, {}), budget_s)
 
 
 def frame_marks(frame: Frame) -> Marks:

@@ -4,13 +4,16 @@ and the app offers for download.
 One self-contained file that works offline: a summary, a node-count chart and a
 per-step time chart (inline SVG, each point a link to its step), optional timing of the
 passes, and one section per step — its facts and verification and its before | after and
-diff pictures on one layout (:func:`viz.graph.step_picture`) in the pan/zoom viewer.
+diff pictures on one layout (:func:`optimus_lens.viz.picture.step_picture`) in the pan/zoom viewer.
 One step is shown at a time; the left and right arrow keys move between steps, and moving
 animates the change (nodes that moved slide, created ones fade in, erased ones fade out).
 
 Size: the viewer's script and style are included once; each drawing is stored once, gzip-
 compressed and base64-encoded, and unpacked by the browser (``DecompressionStream``)
-when its step is first shown — recsys_towers' 12 steps make a file of about 0.4 MB.
+when its step is first shown — recsys_towers' 12 steps make a file of about 0.8 MB.
+
+The patterns' descriptions come from the caller (``catalogue``): the report draws what the
+trace holds and looks nothing up.
 """
 
 from __future__ import annotations
@@ -19,14 +22,18 @@ import base64
 import gzip
 import html
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from optimus_lens.core.trace import Trace
 from optimus_lens.viz.figures import bench_rows, method_text
-from optimus_lens.viz.graph import HOPS, MAX_NODES, RenderError, render_view, snapshot_view, step_picture, trace_layout
-from optimus_lens.viz.layout import draw_pinned
+from optimus_lens.viz.layout import Layout, RenderError, draw_pinned
+from optimus_lens.viz.options import DEFAULT, ViewOptions
+from optimus_lens.viz.picture import step_picture, trace_layout
+from optimus_lens.viz.render import render_view
 from optimus_lens.viz.text import step_facts, trace_summary, verify_text
 from optimus_lens.viz.viewer import VIEWER_CSS, VIEWER_JS, svg_body, viewer_block
+from optimus_lens.viz.views import snapshot_view
 
 _CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:0;color:#222}
@@ -175,7 +182,9 @@ def _bench_html(bench) -> str:
     )
 
 
-def _step_section(trace: Trace, i: int, info: dict, shared, opts: dict, timeout_s: float) -> tuple[str, dict]:
+def _step_section(
+    trace: Trace, i: int, info: dict, shared: Layout | None, opts: ViewOptions, timeout_s: float
+) -> tuple[str, dict]:
     """One step's section and its packed drawings; a drawing that fails says why in place."""
     st = trace.step(i)
     failed = st.verify is not None and st.verify.ok is False
@@ -189,7 +198,7 @@ def _step_section(trace: Trace, i: int, info: dict, shared, opts: dict, timeout_
         f"<table class='facts'>{rows}</table>"
     )
     try:
-        pic = step_picture(trace, i, layout=shared, **opts)
+        pic = step_picture(trace, i, opts, layout=shared)
         svgs = {k: draw_pinned(v.source, timeout_s) for k, v in pic.views().items()}
     except Exception as e:  # noqa: BLE001 - a drawing failure is reported in place, never as a traceback
         return head.replace("__FOCUS__", "[]") + (
@@ -213,23 +222,22 @@ def html_report(
     trace: Trace,
     catalogue: list[dict] | None = None,
     steps: list[int] | None = None,
-    hops: int = HOPS,
-    max_nodes: int = MAX_NODES,
+    opts: ViewOptions = DEFAULT,
     bench=None,
     timeout_s: float = 20.0,
 ) -> str:
     """The report as one HTML string (see the module docstring).
 
-    ``catalogue``: :func:`optimus_lens.passes.pass_catalogue` entries for pattern descriptions
-    (looked up when None). ``steps``: 1-based step indices to include (default all).
-    ``bench``: an optional :class:`optimus_lens.perf.timings.BenchResult`, shown as a table.
-    ``hops``/``max_nodes``: the views' neighbourhood cut, as in the app. Drawing is
-    bounded (:mod:`viz.layout`); ``timeout_s`` bounds drawing one laid-out picture."""
-    if catalogue is None:
-        from optimus_lens.passes import pass_catalogue
-
-        catalogue = pass_catalogue()
-    info = {c["name"]: c for c in catalogue}
+    ``catalogue``: the patterns' facts, one dict per pattern with its ``name`` and any of
+    ``description``, ``preconditions``, ``upstream``, ``source`` (the entries of
+    :func:`optimus_lens.passes.pass_catalogue`, which the caller passes); None or a pattern
+    missing from it: its steps show only what the trace holds. ``steps``: 1-based step
+    indices to include (default all). ``bench``: an optional
+    :class:`optimus_lens.perf.timings.BenchResult`, shown as a table. ``opts``: how the
+    pictures are drawn (the neighbourhood cut, as in the app; ``opts.stable_layout``: one
+    layout for every step of a small trace). Drawing is bounded (:mod:`optimus_lens.viz.layout`);
+    ``timeout_s`` bounds drawing one laid-out picture."""
+    info = {c["name"]: c for c in catalogue or []}
     s = trace_summary(trace)
     title = html.escape(trace.model or "model")
     out = [
@@ -252,7 +260,6 @@ def html_report(
     out.append("</header>")
     packed: dict[str, dict] = {}
     indices = steps or list(range(1, len(trace.steps) + 1))
-    opts = {"hops": hops, "max_nodes": max_nodes}
     if indices:
         options = "".join(
             f"<option value='{j}'>{i}: {html.escape(trace.step(i).pattern)}</option>" for j, i in enumerate(indices)
@@ -264,7 +271,7 @@ def html_report(
             "</label><label><input type='radio' name='mode' value='diff'> diff</label>"
             "<span style='color:#888'>&larr; / &rarr; keys move between steps</span></nav>"
         )
-        shared = trace_layout(trace, max_nodes=max_nodes)
+        shared = trace_layout(trace, opts) if opts.stable_layout else None
         for i in indices:
             body, svgs = _step_section(trace, i, info, shared, opts, timeout_s)
             out.append(body)
@@ -273,7 +280,7 @@ def html_report(
     else:
         out.append("<section class='step'><h2>No step applied: the captured graph</h2>")
         try:
-            v = snapshot_view(trace, 0, hops=hops, max_nodes=max_nodes, legend_in_graph=False)
+            v = snapshot_view(trace, 0, replace(opts, legend_in_graph=False))
             r = render_view(v)
             notes = v.notes + ([r.note] if r.note else [])
             out.append("<div class='viewer'>" + viewer_block([("Captured graph", r.svg)], v.legend, notes) + "</div>")

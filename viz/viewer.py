@@ -183,7 +183,7 @@ _BUTTONS = (
 
 
 def legend_html(legend=(), notes=()) -> str:
-    """The legend rows (:class:`viz.graph.LegendEntry`) and notes as inline HTML."""
+    """The legend rows (:class:`optimus_lens.viz.marks.LegendEntry`) and notes as inline HTML."""
     rows = [
         f'<span><span class="sw" style="background:{e.fill};border-color:{e.border};'
         f'border-style:{"dashed" if e.dashed else "solid"}"></span>{html.escape(e.text)}</span>'

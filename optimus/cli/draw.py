@@ -37,16 +37,19 @@ def add_parsers(sub) -> None:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    """Write the HTML report of a saved trace (:func:`optimus_lens.viz.report.write_report`) and
-    print its size. A trace of several graphs is drawn one graph per report: ``--graph``,
-    default the first graph with steps. Raises BadInput when the trace cannot be read, has
-    no such graph, or the file cannot be written."""
+    """Write the HTML report of a saved trace (:func:`optimus_lens.viz.report.write_report`, its
+    steps' pattern facts from :func:`optimus_lens.passes.pass_catalogue`) and print its size. A
+    trace of several graphs is drawn one graph per report: ``--graph``, default the first
+    graph with steps. Raises BadInput when the trace cannot be read, has no such graph, or
+    the file cannot be written."""
+    from optimus_lens.passes import pass_catalogue
+    from optimus_lens.viz import ViewOptions
     from optimus_lens.viz.report import write_report
 
     run = load_trace(a.trace)
     trace = pick_graph(run, a.graph, first=True)
     try:
-        size = write_report(trace, a.output, hops=a.hops)
+        size = write_report(trace, a.output, catalogue=pass_catalogue(), opts=ViewOptions(hops=a.hops))
     except OSError as e:
         raise BadInput(f"cannot write {a.output}: {e}") from e
     print(f"wrote {a.output}: {size / 1e6:.2f} MB, {len(trace.steps)} steps")
