@@ -23,19 +23,20 @@ def cmd_samples(a: argparse.Namespace) -> int:
 
 
 def cmd_passes(a: argparse.Namespace) -> int:
-    """Print every pattern: name, kind, the pass it is in, source; description,
-    preconditions and the upstream pass it mirrors."""
+    """Print every pattern: name, stage (pre-grad: the Dynamo graph; post-grad: the ATen
+    graphs), kind, the pass it is in, source; description, preconditions and the upstream
+    pass it mirrors."""
     from optimus_lens.passes import default_pipeline, pass_catalogue
+    from optimus_lens.passes.post_grad import post_grad_pipeline
 
-    pipe = default_pipeline()
-    in_pass = {p.name: q.name for q in pipe.passes for p in q.patterns}
+    in_pass = {}
+    for pipe, what in ((default_pipeline(), ""), (post_grad_pipeline(), "post-grad ")):
+        for q in pipe.passes:
+            off = " (off by default)" if q.name in pipe.disabled else ""
+            in_pass.update({p.name: f"in {what}pass {q.name}{off}" for p in q.patterns})
     for p in pass_catalogue():
-        where = (
-            f"in pass {in_pass[p['name']]}"
-            if p["name"] in in_pass
-            else "not in the default pipeline (upstream_pipeline options only)"
-        )
-        print(f"{p['name']}  [{p['kind']} pattern, {where}]  {p['source']}")
+        where = in_pass.get(p["name"], "not in the default pipeline (upstream_pipeline options only)")
+        print(f"{p['name']}  [{p['stage']} {p['kind']} pattern, {where}]  {p['source']}")
         print(f"    {p['description']}")
         for c in p["preconditions"]:
             print(f"    - {c}")

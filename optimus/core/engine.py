@@ -84,7 +84,7 @@ class RunOptions:
 
 def copy_graph(graph: Graph, env: dict[Node, Node] | None = None) -> Graph:
     """A copy of ``graph`` (node meta copied shallowly, so FakeTensors are shared, not
-    cloned), its output node included; ``env``, if given, receives original node -> copy.
+    cloned), its output node (and its meta) included; ``env``, if given, receives original node -> copy.
     O(nodes). The copy's name space is the original's (every name ever used, the last
     number per base name), so a node created in the copy gets the name it would get in
     the original: a dry run names nodes as the run it repeats (``optimus why --step``
@@ -92,7 +92,7 @@ def copy_graph(graph: Graph, env: dict[Node, Node] | None = None) -> Graph:
     g = Graph()
     g._codegen = graph._codegen
     rv, out = g.graph_copy(graph, {} if env is None else env, return_output_node=True)  # type: ignore[misc]
-    g.output(rv, type_expr=getattr(out, "type", None))
+    g.output(rv, type_expr=getattr(out, "type", None)).meta = dict(out.meta)
     ns, src = g._graph_namespace, graph._graph_namespace
     ns._used_names |= src._used_names
     ns._base_count = dict(src._base_count)

@@ -123,3 +123,43 @@ def stage_pipelines(
         return p if passes is None and not skip else p.only(keep)
 
     return select(pre), select(post)
+
+
+def aten_graphs_of(
+    captured_gm: GraphModule, example_inputs: tuple, stage: str, mode: str, pre: Pipeline | None = None
+) -> AtenCapture:
+    """The ATen graphs a ``stage`` run rewrites, unchanged: those of the captured program
+    (``"post-grad"``) or of the program ``pre`` (default: the default pre-grad pipeline)
+    rewrote, unverified, on a copy (``"all"``); what ``optimus match`` and ``optimus why``
+    look at with ``--stage post-grad|all``. Raises ValueError for ``stage="pre-grad"``."""
+    if stage == "pre-grad":
+        raise ValueError("the pre-grad stage has no ATen graphs")
+    check_stage(stage, mode)
+    program = captured_gm
+    if stage == "all":
+        from optimus_lens.core.engine import copy_graph_module
+
+        if pre is None:
+            from optimus_lens.passes import default_pipeline
+
+            pre = default_pipeline()
+        program = copy_graph_module(captured_gm)
+        Engine(program, example_inputs, pre, RunOptions(verify="off", record=False)).run()
+    return capture_aten(program, example_inputs, mode)
+
+
+def graph_for_node(aten: AtenCapture, node: str) -> tuple[str, str]:
+    """(graph name, node name) for a node named ``GRAPH:NODE`` (``backward:mm_3``) or just
+    ``NODE``: the one ATen graph holding it; raises KeyError when a bare name is in several
+    graphs (the message says how to qualify it) or ``GRAPH`` is not captured. A bare name
+    in no graph is looked up in the first (the caller's error then lists its nodes)."""
+    graph, _, name = node.rpartition(":")
+    if graph:
+        aten.graph(graph)
+        return graph, name
+    holding = [g.name for g in aten.graphs if any(n.name == name for n in g.gm.graph.nodes)]
+    if len(holding) > 1:
+        raise KeyError(
+            f"{name} is in the {' and '.join(holding)} graphs: name one as {holding[0]}:{name} or {holding[1]}:{name}"
+        )
+    return (holding[0] if holding else aten.graphs[0].name), name

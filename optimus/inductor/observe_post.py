@@ -341,3 +341,29 @@ def observe_post_grad(
     )
     top.graphs = [observe_post_grad_graph(g, opts, name, verify, keep_going) for g in aten.graphs]
     return PostGradObserveResult(top, captured, aten, opts, name, options_notes(opts))
+
+
+def run_post_grad_upstream(graph: AtenGraph, options: dict) -> GraphModule:
+    """Upstream's ``post_grad_passes`` with ``post_grad_fusion_options=options`` on a copy of
+    ``graph`` (unchanged), unrecorded: the graph Inductor would lower (the bench's
+    ``upstream`` post-grad stage). Raises KeyError / TypeError for bad options and what
+    upstream raises."""
+    import torch._inductor.config as cfg
+    from torch._inductor.fx_passes.post_grad import post_grad_passes
+    from torch._inductor.virtualized import V
+
+    check_post_grad_options(options)
+    gm = copy_graph_module(graph.gm)
+    mode = _fake_mode(gm)
+    with (
+        own_counters(),
+        cfg.patch(
+            post_grad_fusion_options=options,
+            post_grad_custom_pre_pass=None,
+            post_grad_custom_post_pass=None,
+            pattern_matcher=True,
+        ),
+        V.set_fake_mode(mode) if mode is not None else nullcontext(),
+    ):
+        post_grad_passes(gm, graph.is_inference)
+    return gm

@@ -101,10 +101,10 @@ def norm_dim(d: Any, ndim: int) -> int | None:
 
 
 def stack0(rw: Rewriter, values: list[Node]) -> Node:
-    """``cat([unsqueeze(v, 0) for v in values], 0)``: the stack upstream's post-grad
+    """``cat([unsqueeze(v, 0) for v in values], dim=0)`` (in normal form): the stack upstream's post-grad
     fusions build (``decompose_stack`` in group_batch_fusion.py) and
     ``merge_unbind_stack_aten`` cancels against a batch of ``select``\\ s."""
-    return rw.call(CAT, [rw.call(UNSQUEEZE, v, 0) for v in values], 0)
+    return rw.call(CAT, [rw.call(UNSQUEEZE, v, 0) for v in values], dim=0)
 
 
 def in_piece_order(nodes: list[Node], first: list) -> list[Node]:
@@ -133,10 +133,10 @@ def hand_out(rw: Rewriter, nodes: list[Node], fused: Node, finish=None) -> None:
     build on the piece, e.g. add a bias): uses rewired, metas carried (source, module,
     ``seq_nr``, ``from_node``), the member erased."""
     for i, n in enumerate(nodes):
-        with rw.inserting_after(fused):
+        with rw.inserting_before(fused.next):
             piece = rw.call(SELECT, fused, 0, i)
         if finish is not None:
-            with rw.inserting_after(piece):
+            with rw.inserting_before(piece.next):
                 piece = finish(i, piece)
         rw.carry_meta(n, piece)
         rw.replace_all_uses(n, piece)

@@ -240,6 +240,8 @@ class GroupLinear(BatchPattern):
     def key(self, node: Node):
         from optimus_lens.core import meta
 
+        if node.op != "call_function" or node.target not in (MM, ADDMM):
+            return Miss("not an aten.mm / aten.addmm node")
         missing = gmm_missing()
         if missing:
             return Miss(missing)
@@ -271,7 +273,7 @@ class GroupLinear(BatchPattern):
         with rw.inserting_before(nodes[0]):
             g = rw.create("call_function", torch.ops.fbgemm.gmm.default, (xs, ws, bs or None), {"smart_fused": True})
         for i, n in enumerate(nodes):
-            with rw.inserting_after(g):
+            with rw.inserting_before(g.next):
                 piece = rw.call(operator.getitem, g, i)
             rw.carry_meta(n, piece)
             rw.replace_all_uses(n, piece)

@@ -101,7 +101,7 @@ class _Replace(AnchoredPattern):
 
     def rewrite(self, rw: Rewriter, m: Match) -> None:
         old = m.anchor
-        with rw.inserting_after(old):
+        with rw.inserting_before(old):
             new = rw.create("call_function", m.info["target"], m.info["args"], m.info["kwargs"])
         rw.carry_meta(old, new)
         rw.replace_all_uses(old, new)
@@ -193,23 +193,25 @@ class NormalizeCatAten(_Replace):
 class MergeUnbindStackAten(AnchoredPattern):
     """``cat([unsqueeze(select(p, d, i), d) for i in 0..n-1], d)`` with ``n = p.shape[d]``
     -> ``p``: the stack of every piece of one unbind, which upstream's post-grad fusions
-    leave when one fused op feeds another."""
+    leave when one fused op feeds another; a stack of evenly spaced pieces ``a, a + s, ..,
+    b`` (upstream: only every piece) -> ``slice(p, d, a, b + 1, s)``, when one fused op
+    feeds two (the gates and the transforms of a highway layer, interleaved)."""
 
     stage = POST_GRAD
     name = "merge_unbind_stack_aten"
     anchors = frozenset(CATS)
     upstream = "merge_unbind_stack_aten (unbind_stack_aten_pass)"
-    description = "Remove cat(unsqueeze(select(p, d, i), d) for every i) along d: it is p."
+    description = "Remove cat(unsqueeze(select(p, d, i), d) for consecutive i) along d: it is p, or a slice of it."
     preconditions = (
         "every cat input is unsqueeze(select(p, d, i), d) of one p, with the cat's dim d",
-        "the indices are 0 .. n-1 in order and n is p's size along d (upstream checks neither the "
-        "unsqueeze dim nor the size)",
+        "the indices are evenly spaced and in order: all of p along d gives p, a, a + s, .., b gives "
+        "slice(p, d, a, b + 1, s) (upstream checks neither the unsqueeze dim nor that every piece is there)",
         "the cat's uses do not depend on a layout p does not have; p is not written in place",
     )
 
     def find(self, node: Node):
         tensors, d = need(cat_parts(node))
-        parent = None
+        parent, first, step = None, 0, 1
         for i, u in enumerate(tensors):
             if not is_aten(u, UNSQUEEZES):
                 return Miss(f"input {i} of the cat is not an unsqueeze")
@@ -224,23 +226,36 @@ class MergeUnbindStackAten(AnchoredPattern):
                 return Miss(f"input {i} selects from {p.name}, not from {parent.name}")
             if norm_dim(sd, len(ps)) != d or norm_dim(ud, len(ps)) != d:
                 return Miss(f"input {i}: select dim {sd} and unsqueeze dim {ud} are not the cat's dim {d}")
-            if norm_dim(idx, ps[d]) != i:
-                return Miss(f"input {i} selects index {idx}, not {i}: the pieces are not in order")
+            j = norm_dim(idx, ps[d])
+            if j is None:
+                return Miss(f"input {i} selects index {idx}, not a static index of {parent.name}")
+            if i == 0:
+                first = j
+            elif i == 1:
+                step = j - first
+            want = first + i * (step if i else 0)
+            if step < 1 or j != want:
+                return Miss(f"input {i} selects index {idx}, not {want}: the pieces are not evenly spaced, in order")
         if parent is None:
             return Miss("the cat has no inputs")
         n = static_shape(parent)[d]  # type: ignore[index]
-        if len(tensors) != n:
-            return Miss(f"the cat stacks {len(tensors)} of the {n} pieces of {parent.name} along dim {d}")
-        if static_shape(parent) != static_shape(node) or meta.tensor(parent).dtype != meta.tensor(node).dtype:
-            return Miss("the cat's value differs from the parent's in shape or dtype")
-        miss = _written(parent) or replace_miss(node, parent)
+        whole = len(tensors) == n and step == 1
+        if meta.tensor(parent).dtype != meta.tensor(node).dtype:
+            return Miss("the cat's dtype differs from the parent's")
+        miss = _written(parent) or (replace_miss(node, parent) if whole else None)
         if miss:
             return miss
-        selects = [u.args[0] for u in tensors]
-        return Match(node, [node, *tensors, *dict.fromkeys(selects)], {"parent": parent})
+        selects = [_arg(u, 0, "self") for u in tensors]
+        span = None if whole else (d, first, first + (len(tensors) - 1) * step + 1, step)
+        return Match(node, [node, *tensors, *dict.fromkeys(selects)], {"parent": parent, "span": span})
 
     def rewrite(self, rw: Rewriter, m: Match) -> None:
-        rw.replace_all_uses(m.anchor, m.info["parent"])
+        new = m.info["parent"]
+        if m.info["span"] is not None:
+            with rw.inserting_before(m.anchor):
+                new = rw.call(SLICE, new, *m.info["span"])
+            rw.carry_meta(m.anchor, new)
+        rw.replace_all_uses(m.anchor, new)
         rw.erase(m.anchor)
         _erase_unused(rw, m.nodes[1:])
 
