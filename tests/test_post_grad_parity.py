@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-
 import pytest
 import torch
 import torch.nn as nn
