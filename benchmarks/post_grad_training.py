@@ -15,6 +15,7 @@ Also checks node for node, for each model and mode, that the ATen graphs the ben
 ``torch.compile(backend="inductor")`` hands ``post_grad_passes`` (``--check-capture``).
 
     .venv/bin/python benchmarks/post_grad_training.py --repeats 30 --json out.json
+    .venv/bin/python benchmarks/post_grad_training.py --stage post-grad --repeats 30   # the post-grad passes alone
     .venv/bin/python benchmarks/post_grad_training.py --check-capture --models sample:mmoe
 """
 
@@ -115,6 +116,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--compile", action="store_true", help="also each stage under torch.compile (Inductor)")
+    ap.add_argument(
+        "--stage", choices=["all", "post-grad"], default="all", help="post-grad: our post-grad passes alone"
+    )
     ap.add_argument("--check-capture", action="store_true", help="only the node-for-node capture check")
     ap.add_argument("--json", help="write every result here")
     a = ap.parse_args()
@@ -135,7 +139,7 @@ def main() -> None:
                 repeats=a.repeats,
                 warmup=a.warmup,
                 mode="training",
-                stage="all",
+                stage=a.stage,
                 against_upstream=True,
                 reference=False,
                 threads=a.threads,

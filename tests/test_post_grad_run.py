@@ -123,6 +123,11 @@ def test_passes_of_the_other_stage_are_named_as_such(capsys):
     assert "not a pass of --stage pre-grad" in capsys.readouterr().err
 
 
+def test_dynamic_shapes_are_refused_for_the_post_grad_stage(capsys):
+    assert main(["run", MODEL, "--stage", "all", "--dynamic"]) == 2
+    assert "--dynamic" in capsys.readouterr().err
+
+
 def test_bench_times_forward_and_backward_after_each_post_grad_pass(tmp_path, capsys):
     out = tmp_path / "b.json"
     code = main(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from optimus_lens.cli.errors import EXIT_OK, EXIT_VERIFY, input_errors
+from optimus_lens.cli.errors import EXIT_OK, EXIT_VERIFY, BadInput, input_errors
 from optimus_lens.cli.options import (
     GRADS,
     PASSES,
@@ -80,6 +80,10 @@ def cmd_run(a: argparse.Namespace) -> int:
     from optimus_lens.passes import default_pipeline
     from optimus_lens.passes.post_grad import post_grad_pipeline
 
+    if a.dynamic and a.stage != "pre-grad":
+        raise BadInput(
+            "--dynamic captures the pre-grad graph with symbolic sizes; the post-grad stage needs static ones"
+        )
     with input_errors():
         pre, post = default_pipeline(search=a.search, profitable_only=a.profitable_only), post_grad_pipeline()
         passes = names_arg(a.passes)

@@ -11,6 +11,12 @@ once per graph AOTAutograd hands it, inside ``compile_fx_inner``, after
    what the backward recomputes and what the forward saves),
 4. ``view_to_reshape`` and a FakeTensor propagation (``meta["val"]`` on every node).
 
+The partitioner's choices (what the forward saves, what the backward recomputes) depend on
+which inputs are parameters, which AOTAutograd reads from Dynamo's metadata on the
+GraphModule; :func:`optimus_lens.core.engine.copy_graph_module` keeps it, so a captured
+graph, a copy of it, or the graph our pre-grad passes rewrote all partition as under
+``torch.compile``.
+
 :func:`capture_aten` runs exactly that path — ``torch._inductor.compile_fx.compile_fx``
 itself — with its ``inner_compile`` replaced by a recorder that repeats step 4 (Inductor's
 own ``view_to_reshape`` and ``fake_tensor_prop``), keeps a copy of the graph and returns

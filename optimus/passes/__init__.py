@@ -1,4 +1,6 @@
-"""The predefined Optimus patterns and the default pipeline.
+"""The predefined Optimus patterns and the default pipelines: :func:`default_pipeline` (the
+pre-grad passes, on the Dynamo graph) and :func:`post_grad_pipeline` (the post-grad passes, on
+the ATen forward and backward graphs; :mod:`optimus_lens.passes.post_grad`).
 
 Importing this package registers every shipped pattern in ``optimus_lens.core.pattern.REGISTRY``,
 so this is the one module that knows every pattern: look one up with :func:`pattern_named`,
@@ -14,6 +16,7 @@ from optimus_lens.passes import batch, split_cat  # noqa: F401  (registration)
 from optimus_lens.passes import normalize, einsum  # noqa: F401  (registration)
 from optimus_lens.passes import contract  # noqa: F401  (registration)
 from optimus_lens.passes import post_grad  # noqa: F401  (registration: the ATen patterns, stage "post-grad")
+from optimus_lens.passes.post_grad import post_grad_pipeline, upstream_post_grad_pipeline  # noqa: F401  (re-exported)
 from optimus_lens.passes.batch_extra import EXTRA_BATCH_PASSES
 from optimus_lens.passes.profit import group_estimate
 
