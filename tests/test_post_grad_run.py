@@ -123,6 +123,34 @@ def test_passes_of_the_other_stage_are_named_as_such(capsys):
     assert "not a pass of --stage pre-grad" in capsys.readouterr().err
 
 
+ATEN_MM_RULES = """
+import torch
+from optimus_lens.core.lang import Op, Rule, Var
+
+aten = torch.ops.aten
+PATTERNS = [
+    Rule("aten_addmm", Op(aten.addmm.default, Var("b"), Var("x"), Var("w")),
+         lambda rw, b, x, w: rw.call(aten.addmm.default, b, x, w)),
+    Rule("aten_mm", Op(aten.mm.default, Var("a"), Var("b")), lambda rw, a, b: rw.call(aten.mm.default, a, b)),
+]
+"""
+
+
+def test_match_previews_a_pattern_file_on_each_aten_graph(tmp_path, capsys):
+    """The ten linears are ``addmm`` in the forward graph; their weights' gradients are
+    ``mm`` in the backward graph (the input needs no gradient, so no ``mm`` for it)."""
+    pf, out = tmp_path / "aten_rules.py", tmp_path / "m.json"
+    pf.write_text(ATEN_MM_RULES)
+    argv = ["match", MODEL, "--stage", "post-grad", "--mode", "training", "--pattern-file", str(pf)]
+    assert main(argv + ["--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "== forward graph (ATen) ==" in text and "== backward graph (ATen) ==" in text
+    found = json.loads(out.read_text())
+    count = {g: [m["pattern"] for m in found[g]["matches"]] for g in ("forward", "backward")}
+    assert count["forward"].count("aten_addmm") == 10 and "aten_mm" not in count["forward"]
+    assert count["backward"].count("aten_mm") == 10 and "aten_addmm" not in count["backward"]
+
+
 def test_dynamic_shapes_are_refused_for_the_post_grad_stage(capsys):
     assert main(["run", MODEL, "--stage", "all", "--dynamic"]) == 2
     assert "--dynamic" in capsys.readouterr().err

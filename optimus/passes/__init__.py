@@ -151,12 +151,17 @@ def upstream_pipeline(options: dict) -> Pipeline:
     fixed point. A name upstream accepts without registering any pre-grad pattern in it
     (``EMPTY_UPSTREAM_PASSES``) becomes a pass with no patterns. Raises KeyError for a
     name that is neither a batch fusion nor a pattern pass (upstream fails the compile
-    with a KeyError too)."""
+    with a KeyError too), and for a post-grad fusion's name (``batch_aten_relu``: see
+    :func:`optimus_lens.passes.post_grad.upstream_post_grad_pipeline`)."""
     options = dict(options)
     batch_passes, pattern_passes = [], []
     for name, opts in options.items():
         opts = dict(opts or {})
         pattern = REGISTRY.get(name)
+        if pattern is not None and pattern.stage != "pre-grad":
+            raise KeyError(
+                f"{name!r} is a {pattern.stage} fusion option (post_grad_fusion_options), not a pre-grad one"
+            )
         if pattern is not None and pattern.kind == "batch":
             batch_passes.append(
                 Pass(
@@ -174,7 +179,7 @@ def upstream_pipeline(options: dict) -> Pipeline:
             pattern_passes.append(Pass(name, [], description=EMPTY_UPSTREAM_PASSES[name]))
         else:
             known = sorted([*PATTERN_PASSES, *EMPTY_UPSTREAM_PASSES]) + sorted(
-                n for n, p in REGISTRY.items() if p.kind == "batch"
+                n for n, p in REGISTRY.items() if p.kind == "batch" and p.stage == "pre-grad"
             )
             raise KeyError(f"unknown pre-grad fusion option {name!r}; known: {', '.join(known)}")
     head = [pattern_pass("normalization_pass")] if "normalization_pass" in options else []
