@@ -26,6 +26,7 @@ from . import perf as _perf  # noqa: E402,F401
 from . import recsys_real as _recsys_real  # noqa: E402,F401
 from . import industrial as _industrial  # noqa: E402,F401
 from . import lab as _lab  # noqa: E402,F401
+from . import post_grad as _post_grad  # noqa: E402,F401
 
 #: the default model shown first
 DEFAULT = "recsys_towers"

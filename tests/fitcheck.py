@@ -121,7 +121,9 @@ def open_trace_in_app(page, path) -> None:
     """Open the trace file ``path`` (a unique file name) in the app's step viewer (sidebar:
     Trace file, then the upload); returns when the app names it as the trace on screen."""
     page.get_by_text("Trace file", exact=True).first.click()
-    page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(path))
+    page.get_by_test_id("stSidebarUserContent").locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(
+        str(path)
+    )
     page.get_by_text(f"trace file {path.name}", exact=False).first.wait_for(timeout=120_000)
 
 

@@ -90,6 +90,23 @@ def test_method_calls_bind_like_the_torch_function_of_the_same_name():
     assert b["size"] == 2 and b["d"] == 1
 
 
+def test_aten_op_overloads_bind_by_their_schema_with_keyword_only_defaults():
+    """An ATen graph's targets are OpOverloads, whose ``__call__`` is ``*args, **kwargs``:
+    the binding comes from the op's schema (post-grad pattern files match ATen graphs)."""
+    from torch.fx import Graph
+
+    aten = torch.ops.aten
+    g = Graph()
+    b, x, w = g.placeholder("b"), g.placeholder("x"), g.placeholder("w")
+    addmm = g.call_function(aten.addmm.default, (b, x, w), {"beta": 2})
+    sub = g.call_function(aten.sub.Tensor, (x, w))
+    assert bind(addmm) == {"input": b, "mat1": x, "mat2": w, "beta": 2, "alpha": 1}
+    m = match(Op(aten.addmm.default, Var("b"), Var("x"), Var("w"), beta=Var("beta")), addmm)
+    assert (m["b"], m["x"], m["w"], m["beta"]) == (b, x, w, 2)
+    assert match(Op(aten.sub.Tensor, Var("x"), Var("y"), alpha=Var("a")), sub)["a"] == 1
+    assert "mat2: w is placeholder" in match(Op(aten.addmm.default, ANY, ANY, Op(aten.t.default)), addmm)
+
+
 def test_each_and_predicates_give_their_reason():
     class M(nn.Module):
         def __init__(self):

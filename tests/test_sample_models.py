@@ -246,6 +246,9 @@ def test_registry_contents_and_order():
         "deepfm",
         "industrial_recsys",
         "swish_mlp",
+        "post_grad_sub_alpha",
+        "post_grad_uneven_split",
+        "post_grad_mixed_dtype_mm",
     ]
     assert names() == expected
     assert list(REGISTRY) == names()

@@ -543,7 +543,9 @@ def test_upstream_pipeline_order_and_options():
 
 
 def test_upstream_pipeline_rejects_unknown_names():
-    with pytest.raises(KeyError, match="batch_aten_relu"):
+    with pytest.raises(KeyError, match="batch_relux"):
+        upstream_pipeline({"batch_relux": {}})
+    with pytest.raises(KeyError, match="'batch_aten_relu' is a post-grad fusion option"):
         upstream_pipeline({"batch_aten_relu": {}})
     with pytest.raises(ValueError):
         pattern_pass("split_cat_to_slices_pass", threshold_to_cat=0)

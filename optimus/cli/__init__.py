@@ -2,23 +2,24 @@
 
     optimus run MODEL [--passes a,b] [--skip c,d] [--verify step|end|off] [--grads] [--trace out.json]
                 [--search global|upstream] [--profitable-only] [--estimate] [--pattern-file F] [--dynamic]
+                [--stage pre-grad|post-grad|all] [--mode inference|training]
     optimus samples
     optimus passes
     optimus log PATH [--replay]
     optimus check MODEL --expect 'PATTERN>=N' ... [--verify step|end|off] [--junit out.xml]
-    optimus match MODEL --pattern-file F [--misses N] [--json out.json] [--trace out.json]
+    optimus match MODEL --pattern-file F [--misses N] [--json out.json] [--trace out.json] [--stage S] [--mode M]
     optimus bench MODEL [--device cpu|cuda] [--mode inference|training] [--compile] [--kernels] [--against-upstream]
-                  [--alone] [--passes a,b] [--repeats N] [--threads N] [--json out.json]
-    optimus show TRACE.json
-    optimus repro TRACE.json [--step N] [-o repro.py]
-    optimus diff TRACE.json [--step N]
-    optimus inspect TRACE.json NODE [--step N]
-    optimus why MODEL NODE [--step N] [--pattern P] [--search global|upstream]
-    optimus bisect MODEL [--verify off|step] [--trace out.json]
-    optimus observe MODEL [--options JSON] [--verify step|off] [--trace out.json]
-    optimus compare MODEL [--options JSON]
+                  [--alone] [--passes a,b] [--repeats N] [--threads N] [--json out.json] [--stage S]
+    optimus show TRACE.json [--graph pre-grad|forward|backward]
+    optimus repro TRACE.json [--step N] [--graph G] [-o repro.py]
+    optimus diff TRACE.json [--step N] [--graph G]
+    optimus inspect TRACE.json NODE [--step N] [--graph G]
+    optimus why MODEL [GRAPH:]NODE [--step N] [--pattern P] [--search global|upstream] [--stage S] [--mode M]
+    optimus bisect MODEL [--verify off|step] [--trace out.json] [--stage S] [--mode M]
+    optimus observe MODEL [--options JSON] [--verify step|off] [--trace out.json] [--stage S] [--mode M]
+    optimus compare MODEL [--options JSON] [--stage pre-grad|post-grad] [--mode M]
     optimus compare A B [--report out.html]       (two traces or model specs: any two runs)
-    optimus report TRACE.json -o report.html
+    optimus report TRACE.json -o report.html [--graph G]
     optimus lesson PATTERN -o lesson.html | --all -o DIR
     optimus app [--port N] [--sweep DIR]
     optimus sweep SPECS... [--models-file F] [--configs F.json] [--verify step|end|off] [--observe-upstream]

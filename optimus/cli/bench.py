@@ -7,7 +7,7 @@ import sys
 
 from optimus_lens.cli.errors import EXIT_OK, BadInput, input_errors
 from optimus_lens.cli.jsonout import add_json, json_output
-from optimus_lens.cli.options import MODEL, PASSES, PATTERN_FILE, names_arg
+from optimus_lens.cli.options import MODEL, PASSES, PATTERN_FILE, STAGE_ONLY, names_arg
 
 
 def add_parsers(sub) -> None:
@@ -15,7 +15,7 @@ def add_parsers(sub) -> None:
     b = sub.add_parser(
         "bench",
         help="time and size the graph after each pass, side by side in one run (CUDA events on GPU, wall clock on CPU)",
-        parents=[MODEL, PASSES, PATTERN_FILE],
+        parents=[MODEL, STAGE_ONLY, PASSES, PATTERN_FILE],
     )
     b.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
     b.add_argument(
@@ -35,7 +35,9 @@ def add_parsers(sub) -> None:
     b.add_argument(
         "--against-upstream",
         action="store_true",
-        help="add stage 'upstream': PyTorch's pre-grad passes with the equivalent pre_grad_fusion_options",
+        help="add stage 'upstream': PyTorch's pre-grad passes with the equivalent pre_grad_fusion_options "
+        "(with --stage post-grad|all also post:inductor, upstream's post_grad_passes with no Optimus options, "
+        "and post:upstream, with the options equivalent to ours)",
     )
     b.add_argument("--alone", action="store_true", help="also time each pass applied alone")
     b.add_argument(
@@ -63,6 +65,9 @@ def cmd_bench(a: argparse.Namespace) -> int:
     was timed; write the result as JSON (``--json``). Raises BadInput for counts out of range
     or ``--device cuda`` without CUDA."""
     from optimus_lens.frontend.patternfile import load_pattern_file, pipeline_with
+    from optimus_lens.frontend.postgrad import stage_pipelines
+    from optimus_lens.passes import default_pipeline
+    from optimus_lens.passes.post_grad import post_grad_pipeline
     from optimus_lens.perf.bench import bench_pipeline
 
     if a.repeats < 1 or a.warmup < 0 or (a.threads is not None and a.threads < 1):
@@ -78,9 +83,12 @@ def cmd_bench(a: argparse.Namespace) -> int:
             print(f"\r{done}/{total} {label[:60]:60s}", end="" if done < total else "\n", file=sys.stderr)
 
     with input_errors():
+        pre = pipeline_with(load_pattern_file(a.pattern_file)) if a.pattern_file else default_pipeline()
+        passes = None if a.pattern_file else names_arg(a.passes)
+        pre, post = stage_pipelines(a.stage, pre, post_grad_pipeline(), passes)
         r = bench_pipeline(
             a.model,
-            passes=names_arg(a.passes),
+            passes=None,
             repeats=a.repeats,
             warmup=a.warmup,
             compile=a.compile,
@@ -93,7 +101,9 @@ def cmd_bench(a: argparse.Namespace) -> int:
             graph_index=a.graph,
             progress=progress,
             final_only=a.final_only,
-            pipeline=pipeline_with(load_pattern_file(a.pattern_file)) if a.pattern_file else None,
+            pipeline=pre,
+            stage=a.stage,
+            post_pipeline=post,
             kernels=a.kernels,
         )
     with json_output(a, "bench") as emit:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from optimus_lens.cli.errors import EXIT_OK, EXIT_VERIFY, input_errors
-from optimus_lens.cli.options import GRADS, PASSES, SKIP, SOURCE, TRACE_OUT, names_arg
+from optimus_lens.cli.options import GRADS, PASSES, SKIP, SOURCE, STAGE, TRACE_OUT, names_arg
 from optimus_lens.cli.text import verify_text
 
 
@@ -15,7 +15,7 @@ def add_parsers(sub) -> None:
     bi = sub.add_parser(
         "bisect",
         help="find the first step whose graph no longer matches the original (binary search over the replayed steps)",
-        parents=[SOURCE, PASSES, SKIP, GRADS, TRACE_OUT],
+        parents=[SOURCE, STAGE, PASSES, SKIP, GRADS, TRACE_OUT],
     )
     bi.add_argument(
         "--verify",
@@ -29,25 +29,53 @@ def add_parsers(sub) -> None:
 
 def cmd_bisect(a: argparse.Namespace) -> int:
     """Run the pipeline, then print the graphs checked and the first failing step (exit 1),
-    or that every step matches (exit 0); with ``--trace``, the diff and repro commands next."""
-    from optimus_lens.debug.bisect import bisect_trace, first_failing
+    or that every step matches (exit 0); with ``--trace``, the diff and repro commands next.
+    With ``--stage post-grad|all`` every graph of the run (pre-grad, forward, backward) is
+    searched on its own, each against its own original on its own inputs."""
+    from optimus_lens.frontend.postgrad import stage_pipelines
     from optimus_lens.frontend.run import optimize
+    from optimus_lens.passes import default_pipeline
+    from optimus_lens.passes.post_grad import post_grad_pipeline
 
     with input_errors():
+        pre, post = stage_pipelines(
+            a.stage, default_pipeline(), post_grad_pipeline(), names_arg(a.passes), names_arg(a.skip)
+        )
         res = optimize(
             a.model,
-            passes=names_arg(a.passes),
-            skip=names_arg(a.skip),
             verify=a.verify,
             grads=a.grads,
             capture_method=a.capture,
             graph_index=a.graph,
+            pipeline=pre,
+            stage=a.stage,
+            mode=a.mode,
+            post_grad_pipeline=post,
         )
-    t = res.trace
+    run = res.trace
     if a.trace:
-        t.save(a.trace)
+        run.save(a.trace)
+    status = EXIT_OK
+    for t in run.traces():
+        if a.stage == "post-grad" and t.graph == "pre-grad":
+            continue
+        inputs = (
+            res.captured.example_inputs
+            if t.graph == "pre-grad"
+            else res.post_grad.capture.graph(t.graph).example_inputs
+        )  # type: ignore[union-attr]
+        if len(run.traces()) > 1:
+            print(f"== {t.graph} graph ==")
+        status = max(status, _bisect_one(a, t, inputs, a.grads and t.graph == "pre-grad"))
+    return status
+
+
+def _bisect_one(a: argparse.Namespace, t, inputs: tuple, grads: bool) -> int:
+    """Bisect one graph's steps and print the outcome; the exit status for it."""
+    from optimus_lens.debug.bisect import bisect_trace, first_failing
+
     with input_errors():  # RebuildError: a step that cannot be replayed
-        b = first_failing(t) if a.verify == "step" else bisect_trace(t, res.captured.example_inputs, a.grads)
+        b = first_failing(t) if a.verify == "step" else bisect_trace(t, inputs, grads)
     if b.direct:
         print(f"{len(t.steps)} steps, each verified as it was applied")
     else:
@@ -65,5 +93,9 @@ def cmd_bisect(a: argparse.Namespace) -> int:
         + (" ..." if len(s.sites) > 8 else "")
     )
     if a.trace:
-        print(f"next: optimus diff {a.trace} --step {s.index}; optimus repro {a.trace} --step {s.index} -o repro.py")
+        pick = f" --graph {t.graph}" if t.graph != "pre-grad" or t.graphs else ""
+        print(
+            f"next: optimus diff {a.trace}{pick} --step {s.index}; "
+            f"optimus repro {a.trace}{pick} --step {s.index} -o repro.py"
+        )
     return EXIT_VERIFY

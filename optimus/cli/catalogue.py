@@ -38,34 +38,38 @@ def cmd_samples(a: argparse.Namespace) -> int:
 
 
 def cmd_passes(a: argparse.Namespace) -> int:
-    """Print every pattern: name, kind, the pass it is in, source; description,
-    preconditions and the upstream pass it mirrors."""
+    """Print every pattern: name, stage (pre-grad: the Dynamo graph; post-grad: the ATen
+    graphs), kind, the pass it is in, source; description, preconditions and the upstream
+    pass it mirrors."""
     from optimus_lens.passes import default_pipeline, pass_catalogue
+    from optimus_lens.passes.post_grad import post_grad_pipeline
 
-    pipe = default_pipeline()
-    in_pass = {p.name: q.name for q in pipe.passes for p in q.patterns}
+    pre, post = default_pipeline(), post_grad_pipeline()
+    in_pass: dict[str, str] = {}  # pattern -> the pass it runs in
+    where: dict[str, str] = {}  # pattern -> where it runs, as text
+    for pipe, what in ((pre, ""), (post, "post-grad ")):
+        for q in pipe.passes:
+            off = " (off by default)" if q.name in pipe.disabled else ""
+            in_pass.update({p.name: q.name for p in q.patterns})
+            where.update({p.name: f"in {what}pass {q.name}{off}" for p in q.patterns})
     catalogue = pass_catalogue()
     with json_output(a, "passes") as emit:
-        _print_passes(catalogue, in_pass)
+        for p in catalogue:
+            place = where.get(p["name"], "not in the default pipeline (upstream_pipeline options only)")
+            print(f"{p['name']}  [{p['stage']} {p['kind']} pattern, {place}]  {p['source']}")
+            print(f"    {p['description']}")
+            for c in p["preconditions"]:
+                print(f"    - {c}")
+            if p["upstream"]:
+                print(f"    upstream: {p['upstream']}")
         emit(
             {
-                "passes": [{"name": q.name, "patterns": [p.name for p in q.patterns]} for q in pipe.passes],
+                "passes": [
+                    {"name": q.name, "stage": stage, "patterns": [p.name for p in q.patterns]}
+                    for stage, pipe in (("pre-grad", pre), ("post-grad", post))
+                    for q in pipe.passes
+                ],
                 "patterns": [{**p, "pass": in_pass.get(p["name"])} for p in catalogue],
             }
         )
     return EXIT_OK
-
-
-def _print_passes(catalogue: list[dict], in_pass: dict[str, str]) -> None:
-    for p in catalogue:
-        where = (
-            f"in pass {in_pass[p['name']]}"
-            if p["name"] in in_pass
-            else "not in the default pipeline (upstream_pipeline options only)"
-        )
-        print(f"{p['name']}  [{p['kind']} pattern, {where}]  {p['source']}")
-        print(f"    {p['description']}")
-        for c in p["preconditions"]:
-            print(f"    - {c}")
-        if p["upstream"]:
-            print(f"    upstream: {p['upstream']}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from optimus_lens.cli.errors import EXIT_OK, BadInput
 from optimus_lens.cli.options import OUTPUT, TRACE
-from optimus_lens.cli.traces import load_trace
+from optimus_lens.cli.traces import graphs_note, load_trace, pick_graph
 
 
 def add_parsers(sub) -> None:
@@ -38,18 +38,24 @@ def add_parsers(sub) -> None:
 
 def cmd_report(a: argparse.Namespace) -> int:
     """Write the HTML report of a saved trace (:func:`optimus_lens.viz.report.write_report`, its
-    steps' pattern facts from :func:`optimus_lens.passes.pass_catalogue`) and print its size.
-    Raises BadInput when the trace cannot be read or the file written."""
+    steps' pattern facts from :func:`optimus_lens.passes.pass_catalogue`) and print its size. A
+    trace of several graphs is drawn one graph per report: ``--graph``, default the first
+    graph with steps. Raises BadInput when the trace cannot be read, has no such graph, or
+    the file cannot be written."""
     from optimus_lens.passes import pass_catalogue
     from optimus_lens.viz import ViewOptions
     from optimus_lens.viz.report import write_report
 
-    trace = load_trace(a.trace)
+    run = load_trace(a.trace)
+    trace = pick_graph(run, a.graph, first=True)
     try:
         size = write_report(trace, a.output, catalogue=pass_catalogue(), opts=ViewOptions(hops=a.hops))
     except OSError as e:
         raise BadInput(f"cannot write {a.output}: {e}") from e
     print(f"wrote {a.output}: {size / 1e6:.2f} MB, {len(trace.steps)} steps")
+    note = graphs_note(run, trace)
+    if note:
+        print(note)
     return EXIT_OK
 
 

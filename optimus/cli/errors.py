@@ -31,14 +31,16 @@ def input_errors(*more: type[BaseException]) -> Iterator[None]:
     """Inside the block, the library's bad-input errors become :class:`BadInput` and a
     pattern that raised (:class:`optimus_lens.core.engine.PatternError`) :class:`PatternRaised`,
     with the same message. Bad input is: an unknown or unloadable model spec
-    (``ModelSpecError``), a model that cannot be captured (``CaptureError``), an unreadable
+    (``ModelSpecError``), a model that cannot be captured (``CaptureError``; for the ATen
+    graphs of the post-grad stage, ``AtenCaptureError``), an unreadable
     pattern file (``PatternFileError``), an unknown pass or node (``KeyError``, whose message
     is its first argument), a bad value (``ValueError``), and the types in ``more``."""
     from optimus_lens.core.engine import PatternError
+    from optimus_lens.frontend.aten_capture import AtenCaptureError
     from optimus_lens.frontend.capture import CaptureError
 
     # ModelSpecError and PatternFileError are ValueErrors
-    bad: tuple[type[BaseException], ...] = (CaptureError, KeyError, ValueError, *more)
+    bad: tuple[type[BaseException], ...] = (CaptureError, AtenCaptureError, KeyError, ValueError, *more)
     try:
         yield
     except PatternError as e:

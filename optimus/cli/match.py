@@ -7,7 +7,7 @@ import argparse
 
 from optimus_lens.cli.errors import EXIT_OK, PatternRaised, input_errors
 from optimus_lens.cli.jsonout import add_json, json_output
-from optimus_lens.cli.options import SOURCE
+from optimus_lens.cli.options import SOURCE, STAGE
 
 
 def add_parsers(sub) -> None:
@@ -15,7 +15,7 @@ def add_parsers(sub) -> None:
     m = sub.add_parser(
         "match",
         help="preview where a pattern file's patterns match a model's graph, changing nothing",
-        parents=[SOURCE],
+        parents=[SOURCE, STAGE],
     )
     m.add_argument("--pattern-file", required=True, help="the pattern file (see docs/pattern-lab.md)")
     m.add_argument("--misses", type=int, default=10, help="near misses to print per pattern (default: 10)")
@@ -29,36 +29,55 @@ def cmd_match(a: argparse.Namespace) -> int:
     Raises PatternRaised when a pattern raises while matching."""
     from optimus_lens.frontend.capture import capture
     from optimus_lens.frontend.patternfile import PatternPreviewError, load_pattern_file, preview
+    from optimus_lens.frontend.postgrad import aten_graphs_of
     from optimus_lens.frontend.run import load_model
 
     with input_errors():
         pf = load_pattern_file(a.pattern_file)
         model, inputs, _ = load_model(a.model)
-        gm = capture(model, inputs, method=a.capture, graph_index=a.graph).gm
-    try:
-        found = preview(gm, pf.patterns)
-    except PatternPreviewError as e:
-        raise PatternRaised(str(e)) from e
+        if a.mode == "training":
+            model.train()
+        c = capture(model, inputs, method=a.capture, graph_index=a.graph)
+        graphs = (
+            [("pre-grad", c.gm)]
+            if a.stage == "pre-grad"
+            else [(g.name, g.gm) for g in aten_graphs_of(c.gm, c.example_inputs, a.stage, a.mode).graphs]
+        )
+    every = {}
     with json_output(a, "match") as emit:
-        _print_matches(a, pf, found, gm)
-        emit({"model": a.model, "pattern_file": a.pattern_file, "nodes": len(gm.graph.nodes), **found.to_json()})
+        for name, gm in graphs:
+            if len(graphs) > 1 or a.stage != "pre-grad":
+                print(f"== {name} graph ({'Dynamo' if name == 'pre-grad' else 'ATen'}) ==")
+            try:
+                found = preview(gm, pf.patterns)
+            except PatternPreviewError as e:
+                raise PatternRaised(str(e)) from e
+            every[name] = {"nodes": len(gm.graph.nodes), **found.to_json()}
+            _print_found(pf, found, gm, a.misses)
+        head = {"model": a.model, "pattern_file": a.pattern_file}
+        # pre-grad: one graph's matches at the top level (version 1); post-grad: one entry per ATen graph
+        emit({**head, **every["pre-grad"]} if a.stage == "pre-grad" else {**head, "stage": a.stage, "graphs": every})
     if a.trace:
         from optimus_lens.core.record import snapshot_graph
         from optimus_lens.core.trace import Trace
 
-        Trace(model=a.model, initial_graph=snapshot_graph(gm.graph)).save(a.trace)
+        name, gm = graphs[0]
+        t = Trace(model=a.model, initial_graph=snapshot_graph(gm.graph), graph=name)
+        t.graphs = [Trace(model=a.model, initial_graph=snapshot_graph(g.graph), graph=n) for n, g in graphs[1:]]
+        t.save(a.trace)
     return EXIT_OK
 
 
-def _print_matches(a: argparse.Namespace, pf, found, gm) -> None:
+def _print_found(pf, found, gm, misses: int) -> None:
+    """One graph's matches and first ``misses`` near misses, pattern by pattern."""
     for p in pf.patterns:
         mine = [m for m in found.matches if m.pattern == p.name]
         near = [m for m in found.near_misses if m.pattern == p.name]
         print(f"{p.name}  ({p.source}): {len(mine)} match(es), {len(near)} near miss(es)")
         for m in mine:
             print(f"  match at {m.anchor}: {', '.join(m.sites)}")
-        for m in near[: a.misses]:
+        for m in near[:misses]:
             print(f"  no match at {m.node}: {m.reason}")
-        if len(near) > a.misses:
-            print(f"  ... {len(near) - a.misses} more near misses (--misses N shows more)")
+        if len(near) > misses:
+            print(f"  ... {len(near) - misses} more near misses (--misses N shows more)")
     print(f"\n{len(found.matches)} match(es) in {len(gm.graph.nodes)} nodes; the graph is unchanged")

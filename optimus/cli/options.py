@@ -89,8 +89,39 @@ UPSTREAM_OPTIONS.add_argument(
     "(default: upstream's equivalent of our default pipeline; compare runs our equivalent of them too)",
 )
 
+#: --stage: bench (its own --mode says how the stages run)
+STAGE_ONLY = parent()
+STAGE_ONLY.add_argument(
+    "--stage",
+    choices=["pre-grad", "post-grad", "all"],
+    default="pre-grad",
+    help="which graphs: pre-grad (default: the Dynamo graph), post-grad (the ATen graphs Inductor's "
+    "post-grad passes see: forward, and backward with --mode training), or all (pre-grad, then the ATen "
+    "graphs of the rewritten program)",
+)
+
+#: --stage and --mode: run, observe, compare, match, why, bisect
+STAGE = parent(STAGE_ONLY)
+STAGE.add_argument(
+    "--mode",
+    choices=["inference", "training"],
+    default="inference",
+    help="inference (default): the forward ATen graph traced under no_grad; training: the forward and "
+    "backward graphs (the model in train mode, pre-grad steps verified on gradients too)",
+)
+
+#: --graph pre-grad|forward|backward: the commands that read a saved trace
+GRAPH_PICK = parent()
+GRAPH_PICK.add_argument(
+    "--graph",
+    choices=["pre-grad", "forward", "backward"],
+    default=None,
+    help="which graph of a trace with several (optimus run --stage post-grad|all): each numbers its steps "
+    "from 1 (default: the only graph with steps, else the graph of the first failing step)",
+)
+
 #: TRACE, the positional argument of every command that reads a saved trace
-TRACE = parent()
+TRACE = parent(GRAPH_PICK)
 TRACE.add_argument("trace", help="trace JSON written by `optimus run --trace`, `optimus observe --trace` or the app")
 
 #: TRACE and --step N: repro, diff

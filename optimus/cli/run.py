@@ -6,9 +6,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from optimus_lens.cli.errors import EXIT_OK, EXIT_VERIFY, input_errors
+from optimus_lens.cli.errors import EXIT_OK, EXIT_VERIFY, BadInput, input_errors
 from optimus_lens.cli.jsonout import add_json, json_output
-from optimus_lens.cli.options import GRADS, PASSES, PATTERN_FILE, SEARCH, SKIP, SOURCE, TRACE_OUT, VERIFY, names_arg
+from optimus_lens.cli.options import (
+    GRADS,
+    PASSES,
+    PATTERN_FILE,
+    SEARCH,
+    SKIP,
+    SOURCE,
+    STAGE,
+    TRACE_OUT,
+    VERIFY,
+    names_arg,
+)
 from optimus_lens.cli.text import samples_text, steps_table, verify_text
 
 #: the epilog of ``optimus run --help``, replaced by the sample list when help is printed
@@ -30,8 +41,9 @@ def add_parsers(sub) -> None:
         help="capture a model and run the Optimus pipeline, one recorded step per match",
         epilog=SAMPLES_EPILOG,
         formatter_class=SamplesEpilog,
-        parents=[SOURCE, PASSES, SKIP, VERIFY, GRADS, TRACE_OUT, SEARCH, PATTERN_FILE],
+        parents=[SOURCE, STAGE, PASSES, SKIP, VERIFY, GRADS, TRACE_OUT, SEARCH, PATTERN_FILE],
     )
+    add_json(r, "the run (steps, verification, node counts)")
     r.add_argument(
         "--profitable-only",
         action="store_true",
@@ -55,35 +67,48 @@ def add_parsers(sub) -> None:
         help="a step that raises or leaves the graph invalid is rolled back; then go on without "
         "that pattern at that site (default) or stop",
     )
-    add_json(r, "the run (steps, verification, node counts)")
     r.set_defaults(fn=cmd_run)
 
 
 def cmd_run(a: argparse.Namespace) -> int:
     """Print the step table, the node counts per pass, the estimates (``--estimate``) and the
-    final verification; write the trace (``--trace``). Exit 1 when a step failed verification
-    or was rolled back (each rolled-back step is named on stderr) or the final graph fails."""
+    final verification, per graph with ``--stage post-grad|all`` (pre-grad, forward,
+    backward); write the trace (``--trace``: one file, the ATen graphs in its ``graphs``).
+    Exit 1 when a step of any graph failed verification or was rolled back (each
+    rolled-back step is named on stderr) or a final graph fails."""
     from optimus_lens.frontend.patternfile import load_pattern_file, pipeline_with
+    from optimus_lens.frontend.postgrad import stage_pipelines
     from optimus_lens.frontend.run import optimize
     from optimus_lens.passes import default_pipeline
+    from optimus_lens.passes.post_grad import post_grad_pipeline
 
+    if a.dynamic and a.stage != "pre-grad":
+        raise BadInput(
+            "--dynamic captures the pre-grad graph with symbolic sizes; the post-grad stage needs static ones"
+        )
     with input_errors():
-        pipeline = default_pipeline(search=a.search, profitable_only=a.profitable_only)
+        pre, post = default_pipeline(search=a.search, profitable_only=a.profitable_only), post_grad_pipeline()
         passes = names_arg(a.passes)
         if a.pattern_file:
-            pipeline, passes = pipeline_with(load_pattern_file(a.pattern_file), passes, base=pipeline), None
+            pf = load_pattern_file(a.pattern_file)
+            if a.stage == "post-grad":
+                post, passes = pipeline_with(pf, passes, base=post), None
+            else:
+                pre, passes = pipeline_with(pf, passes, base=pre), None
+        pre, post = stage_pipelines(a.stage, pre, post, passes, names_arg(a.skip))
         res = optimize(
             a.model,
-            passes=passes,
-            skip=names_arg(a.skip),
             verify=a.verify,
             grads=a.grads,
             capture_method=a.capture,
             graph_index=a.graph,
-            pipeline=pipeline,
+            pipeline=pre,
             on_capture=lambda c: print(c.summary(), file=sys.stderr),
             dynamic=a.dynamic,
             on_error=a.on_error,
+            stage=a.stage,
+            mode=a.mode,
+            post_grad_pipeline=post,
         )
     with json_output(a, "run") as emit:
         status = _report(a, res)
@@ -111,10 +136,20 @@ def step_json(s) -> dict:
 
 
 def run_json(t, status: int) -> dict:
-    """The body of ``optimus run --json``: the run without its graphs (``--trace`` writes those)."""
-    fv = t.final_verify
+    """The body of ``optimus run --json``: the run without its graphs (``--trace`` writes
+    those); with ``--stage post-grad|all`` each ATen graph's steps in ``graphs``."""
     return {
         "model": t.model,
+        **_graph_json(t),
+        "graphs": [_graph_json(g) for g in t.graphs],
+        "exit_status": status,
+    }
+
+
+def _graph_json(t) -> dict:
+    fv = t.final_verify
+    return {
+        "graph": t.graph,
         "nodes_before": t.nodes_before,
         "nodes_after": t.nodes_after,
         "capture": t.capture,
@@ -124,19 +159,52 @@ def run_json(t, status: int) -> dict:
         if fv is None
         else {"ok": fv.ok, "max_abs_err": fv.max_abs_err, "checked": fv.checked, "message": fv.message},
         "failed_steps": [s.index for s in t.failed_steps()],
-        "exit_status": status,
     }
 
 
 def _report(a: argparse.Namespace, res) -> int:
-    """Print the run (the text of :func:`cmd_run`) and return its exit status."""
-    t = res.trace
+    """Print the run (the text of :func:`cmd_run`), graph by graph, and return its exit status."""
+    run = res.trace
+    for t in run.traces():
+        if len(run.traces()) > 1:
+            if t.graph == "pre-grad" and a.stage == "post-grad":
+                print(f"pre-grad graph: {t.nodes_before} nodes, not rewritten (--stage post-grad)")
+                continue
+            kind = "Dynamo, pre-grad passes" if t.graph == "pre-grad" else "ATen, post-grad passes"
+            print(f"\n== {t.graph} graph ({kind}) ==")
+        _print_graph(t, a)
+    t = run
+    if a.trace:
+        n = t.save(a.trace)
+        print(f"trace written to {a.trace} ({n:,} bytes)")
+    several = len(t.traces()) > 1
+    failed: list[str] = []
+    for g in t.traces():
+        where = f"{g.graph} " if several else ""
+        for s in g.steps:
+            if s.error:
+                print(
+                    f"optimus: {where}step {s.index} ({s.pattern} at {', '.join(s.sites[:4])}) was rolled back: "
+                    f"{s.error['kind']}: {s.error['type']}: {s.error['message']} [{s.error['source']}]",
+                    file=sys.stderr,
+                )
+        failed += [f"{where}{s.index}" for s in g.failed_steps()]
+        if not g.failed_steps() and g.final_verify is not None and g.final_verify.ok is False:
+            failed.append(f"the final {where}graph".replace("  ", " "))
+    if failed:
+        print(f"optimus: verification failed or rolled back at step(s) {', '.join(failed)}", file=sys.stderr)
+        return EXIT_VERIFY
+    return EXIT_OK
+
+
+def _print_graph(t, a: argparse.Namespace) -> None:
+    """One graph's step table, node counts per pass, estimates and final verification."""
     print(steps_table(t))
     print(
         f"\nnodes: {t.nodes_before} -> {t.nodes_after} in {len(t.steps)} steps "
         f"({', '.join(f'{p}: {len(t.steps_of_pass(p))}' for p in dict.fromkeys(s.pass_name for s in t.steps)) or 'nothing matched'})"
     )
-    if t.steps and a.estimate:
+    if t.steps and a.estimate and t.graph == "pre-grad":
         from optimus_lens.passes.profit import pass_estimates
 
         print("estimated effect per call (optimus_lens.passes.profit; CPU eager constants):")
@@ -144,19 +212,3 @@ def _report(a: argparse.Namespace, res) -> int:
             print(f"  {name:28s} {e.text()}")
     if t.final_verify is not None and t.final_verify.ok is not None:
         print(f"verify ({a.verify}): {verify_text(t.final_verify)} {t.final_verify.message}".rstrip())
-    if a.trace:
-        n = t.save(a.trace)
-        print(f"trace written to {a.trace} ({n:,} bytes)")
-    failed = t.failed_steps() or ([] if not t.final_verify or t.final_verify.ok is not False else [None])
-    for s in t.steps:
-        if s.error:
-            print(
-                f"optimus: step {s.index} ({s.pattern} at {', '.join(s.sites[:4])}) was rolled back: "
-                f"{s.error['kind']}: {s.error['type']}: {s.error['message']} [{s.error['source']}]",
-                file=sys.stderr,
-            )
-    if failed:
-        which = ", ".join(str(s.index) for s in failed if s is not None) or "the final graph"
-        print(f"optimus: verification failed or rolled back at step(s) {which}", file=sys.stderr)
-        return EXIT_VERIFY
-    return EXIT_OK

@@ -7,7 +7,7 @@ import argparse
 
 from optimus_lens.cli.errors import EXIT_OK, input_errors
 from optimus_lens.cli.jsonout import add_json, json_output
-from optimus_lens.cli.options import PASSES, PATTERN_FILE, SEARCH, SOURCE, names_arg
+from optimus_lens.cli.options import PASSES, PATTERN_FILE, SEARCH, SOURCE, STAGE, names_arg
 
 
 def add_parsers(sub) -> None:
@@ -16,9 +16,13 @@ def add_parsers(sub) -> None:
         "why",
         help="for one node, what each pattern does with it in a dry run of the pipeline "
         "(fuses at step N with ..., or the reason it does not)",
-        parents=[SOURCE, PASSES, SEARCH, PATTERN_FILE],
+        parents=[SOURCE, STAGE, PASSES, SEARCH, PATTERN_FILE],
     )
-    y.add_argument("node", help="FX node name, e.g. linear_3")
+    y.add_argument(
+        "node",
+        help="FX node name, e.g. linear_3; with --stage post-grad|all a node of an ATen graph, "
+        "GRAPH:NODE (backward:mm_3) where the name is in both graphs",
+    )
     y.add_argument(
         "--step",
         type=int,
@@ -32,6 +36,8 @@ def add_parsers(sub) -> None:
 
 def cmd_why(a: argparse.Namespace) -> int:
     """Print the dry run's answer for the node (:class:`optimus_lens.debug.why.DryRun`); with
+    ``--stage post-grad|all`` the post-grad pipeline's, on the ATen graph holding the node
+    (:func:`optimus_lens.frontend.postgrad.graph_for_node`).
     ``--json`` also as JSON (:meth:`optimus_lens.debug.why.WhyReport.to_json`)."""
     from optimus_lens.debug.why import DryRun
     from optimus_lens.frontend.capture import capture
@@ -39,6 +45,8 @@ def cmd_why(a: argparse.Namespace) -> int:
     from optimus_lens.frontend.run import load_model
     from optimus_lens.passes import default_pipeline
 
+    if a.stage != "pre-grad":
+        return _why_post_grad(a)
     with input_errors():  # WhyError: no such node or step
         model, inputs, _ = load_model(a.model)
         gm = capture(model, inputs, method=a.capture, graph_index=a.graph).gm
@@ -51,4 +59,33 @@ def cmd_why(a: argparse.Namespace) -> int:
     with json_output(a, "why") as emit:
         print(report.text())
         emit({"model": a.model, **report.to_json()})
+    return EXIT_OK
+
+
+def _why_post_grad(a: argparse.Namespace) -> int:
+    """``why --stage post-grad|all``: the post-grad pipeline's dry run on one ATen graph."""
+    from optimus_lens.debug.why import DryRun
+    from optimus_lens.frontend.capture import capture
+    from optimus_lens.frontend.patternfile import load_pattern_file, pipeline_with
+    from optimus_lens.frontend.postgrad import aten_graphs_of, graph_for_node
+    from optimus_lens.frontend.run import load_model
+    from optimus_lens.passes.post_grad import post_grad_pipeline
+
+    with input_errors():  # WhyError, AtenCaptureError, a name in both graphs (KeyError)
+        model, inputs, _ = load_model(a.model)
+        if a.mode == "training":
+            model.train()
+        c = capture(model, inputs, method=a.capture, graph_index=a.graph)
+        aten = aten_graphs_of(c.gm, c.example_inputs, a.stage, a.mode)
+        graph, node = graph_for_node(aten, a.node)
+        pipe = post_grad_pipeline()
+        if a.pattern_file:
+            pipe = pipeline_with(load_pattern_file(a.pattern_file), base=pipe)
+        if a.passes:
+            pipe = pipe.only(names_arg(a.passes))
+        report = DryRun(aten.graph(graph).gm, pipe, a.step).explain(node, names_arg(a.pattern))
+    with json_output(a, "why") as emit:
+        print(f"{graph} graph (ATen, post-grad passes):")
+        print(report.text())
+        emit({"model": a.model, "graph": graph, **report.to_json()})
     return EXIT_OK

@@ -7,7 +7,8 @@ The one place that answers these questions for the whole package: the layout rul
 catalogue's fusions and the memory estimate all ask here. Each public function takes a
 node and returns the answer; today the answers come from the tables below (operator
 names and spellings), so a table can later give way to the op's schema without its
-callers changing.
+callers changing. ATen ops (``OpOverload`` targets, the post-grad graphs) are answered from
+their schemas (:func:`aten_effect`).
 """
 
 from __future__ import annotations
@@ -102,6 +103,38 @@ VIEW_FUNCTIONS = PURE_VIEW_FUNCTIONS | {F.dropout}
 VIEW_METHODS = PURE_VIEW_METHODS | {"contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16"}
 
 
+_ATEN_EFFECT: dict[Any, tuple[bool, bool, bool]] = {}
+
+
+def aten_effect(target: Any) -> tuple[bool, bool, bool] | None:
+    """For an ATen ``OpOverload``: (writes an argument, returns an alias of its first
+    argument, always a view), read from its schema (an argument annotated ``Tensor(a!)``
+    is written; a return annotated ``Tensor(a)`` like the first argument aliases it, so
+    does a list returned from a ``Tensor(a -> *)`` first argument (split, unbind), and
+    it always does unless the op is ``CompositeImplicitAutograd``, as ``reshape`` and
+    ``contiguous`` are, which copy when they cannot view). None for any other target."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    hit = _ATEN_EFFECT.get(target)
+    if hit is None:
+        schema = target._schema
+        writes = schema.is_mutable
+        first = schema.arguments[0].alias_info if schema.arguments else None
+        ret = schema.returns[0].alias_info if schema.returns else None
+        # ``Tensor(a -> *)``: the argument's storage goes into the returned list (split, unbind)
+        aliases = (
+            first is not None
+            and not first.is_write
+            and (
+                (ret is not None and not ret.is_write and bool(set(first.before_set) & set(ret.before_set)))
+                or "*" in first.after_set
+            )
+        )
+        composite = torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
+        hit = _ATEN_EFFECT[target] = (writes, aliases, aliases and not composite)
+    return hit
+
+
 def _calls(node: Any, functions: set, methods: set) -> bool:
     """True for a call_function node whose target is in ``functions`` or a call_method
     node whose method name is in ``methods``."""
@@ -121,6 +154,9 @@ def is_mutating(node: Node) -> bool:
     (:func:`writes_inputs` sees it)."""
     if node.kwargs.get("inplace") is True or "out" in node.kwargs:
         return True
+    aten = aten_effect(node.target) if node.op == "call_function" else None
+    if aten is not None:
+        return aten[0]
     if node.op == "call_method":
         return node.target.endswith("_") and not node.target.endswith("__")
     if node.op == "call_function":
@@ -159,14 +195,21 @@ def writes_inputs(node: Node) -> bool:
 
 def is_pure_view(node: Node) -> bool:
     """True when ``node`` always returns a view of its first input (``PURE_VIEW_FUNCTIONS``,
-    ``PURE_VIEW_METHODS``): it allocates no storage of its own."""
+    ``PURE_VIEW_METHODS``; an ATen op by its schema, :func:`aten_effect`): it allocates no
+    storage of its own."""
+    aten = aten_effect(node.target) if isinstance(node, Node) and node.op == "call_function" else None
+    if aten is not None:
+        return aten[2]
     return _calls(node, PURE_VIEW_FUNCTIONS, PURE_VIEW_METHODS)
 
 
 def is_view(node: Node) -> bool:
     """True when ``node`` may return a view of (alias) its first input: reshape/transpose/
     getitem/split/detach/contiguous/``to``, eval-mode dropout and friends (``VIEW_FUNCTIONS``,
-    ``VIEW_METHODS``)."""
+    ``VIEW_METHODS``; an ATen op by its schema, :func:`aten_effect`)."""
+    aten = aten_effect(node.target) if isinstance(node, Node) and node.op == "call_function" else None
+    if aten is not None:
+        return aten[1]
     return _calls(node, VIEW_FUNCTIONS, VIEW_METHODS)
 
 

@@ -39,7 +39,7 @@ from optimus_lens.core.search import (
     is_search_root,
     key_classes,
 )
-from optimus_lens.core.trace import Delta, Step, Trace, VerifyResult
+from optimus_lens.core.trace import PRE_GRAD, Delta, Step, Trace, VerifyResult
 from optimus_lens.core.where import raised_in, source_of
 
 VERIFY_MODES = ("step", "end", "off")
@@ -84,25 +84,39 @@ class RunOptions:
 
 def copy_graph(graph: Graph, env: dict[Node, Node] | None = None) -> Graph:
     """A copy of ``graph`` (node meta copied shallowly, so FakeTensors are shared, not
-    cloned), its output node included; ``env``, if given, receives original node -> copy.
+    cloned), its output node (and its meta) included; ``env``, if given, receives original node -> copy.
     O(nodes). The copy's name space is the original's (every name ever used, the last
     number per base name), so a node created in the copy gets the name it would get in
     the original: a dry run names nodes as the run it repeats (``optimus why --step``
     asks about the trace's ``getitem_16``)."""
     g = Graph()
     g._codegen = graph._codegen
-    rv, out = g.graph_copy(graph, {} if env is None else env, return_output_node=True)  # type: ignore[misc]
-    g.output(rv, type_expr=getattr(out, "type", None))
+    env = {} if env is None else env
+    rv, out = g.graph_copy(graph, env, return_output_node=True)  # type: ignore[misc]
+    g.output(rv, type_expr=getattr(out, "type", None)).meta = dict(out.meta if isinstance(out, Node) else {})
+    for old, new in env.items():  # Dynamo's source of each input, which AOTAutograd reads
+        if old.op == "placeholder" and hasattr(old, "_dynamo_source"):
+            new._dynamo_source = old._dynamo_source
     ns, src = g._graph_namespace, graph._graph_namespace
     ns._used_names |= src._used_names
     ns._base_count = dict(src._base_count)
     return g
 
 
+#: what Dynamo leaves on its GraphModule for AOTAutograd, kept by :func:`copy_graph_module`
+DYNAMO_ATTRS = ("_param_name_to_source", "_source_to_user_stacks")
+
+
 def copy_graph_module(gm: GraphModule) -> GraphModule:
     """A new GraphModule over :func:`copy_graph` of ``gm``'s graph (same submodules and
-    attributes). O(nodes)."""
-    return GraphModule(gm, copy_graph(gm.graph))
+    attributes, ``meta`` and Dynamo's input sources, so AOTAutograd sees the copy of a
+    Dynamo graph as one: its parameters static inputs). O(nodes)."""
+    out = GraphModule(gm, copy_graph(gm.graph))
+    out.meta = dict(gm.meta)
+    for a in DYNAMO_ATTRS:
+        if hasattr(gm, a):
+            setattr(out, a, getattr(gm, a))
+    return out
 
 
 @contextmanager
@@ -160,7 +174,9 @@ class Engine:
     original graph's outputs on them are the reference for verification.
 
     Use :meth:`run` for the finished Trace, or iterate :meth:`steps` to see each Step
-    as it is applied (the app does this for its progress bar).
+    as it is applied (the app does this for its progress bar). ``graph`` names the graph
+    in the Trace and its Steps: ``"pre-grad"`` (the Dynamo graph), or ``"forward"`` /
+    ``"backward"`` for an ATen graph of the post-grad passes.
     """
 
     def __init__(
@@ -171,6 +187,7 @@ class Engine:
         options: RunOptions | None = None,
         model_name: str = "",
         capture_info: dict | None = None,
+        graph: str = PRE_GRAD,
     ):
         self.gm = gm
         self.inputs = tuple(example_inputs)
@@ -185,6 +202,7 @@ class Engine:
                 initial_graph=snapshot_graph(gm.graph if self.opts.record else Graph()),
                 passes=[p.to_json(p.name not in pipeline.disabled) for p in pipeline.passes],
                 capture=capture_info or {},
+                graph=graph,
             )
             self.index = GraphIndex(gm.graph)
         self.stages: list[tuple[str, GraphModule]] = []
@@ -485,6 +503,7 @@ class Engine:
             rewrite_s=rewrite_s,
             nodes_after=len(self.gm.graph.nodes),
             error=error,
+            graph=self.trace.graph,
         )
         self.trace.steps.append(step)
         return step

@@ -397,9 +397,11 @@ class Pieces(Pat):
 
 
 def _signatures(node: Node) -> list[inspect.Signature]:
-    """Candidate Python signatures for the node's target: ``inspect.signature`` of a Python
-    function, else the TorchScript schemas of a torch builtin (a method name is looked
-    up as the ``torch`` function of that name, whose first parameter is the tensor)."""
+    """Candidate Python signatures for the node's target: an ATen/prims op overload's own
+    schema (``aten.addmm.default`` -> ``(input, mat1, mat2, *, beta=1, alpha=1)``; its
+    ``__call__`` is only ``*args, **kwargs``), ``inspect.signature`` of a Python function,
+    else the TorchScript schemas of a torch builtin (a method name is looked up as the
+    ``torch`` function of that name, whose first parameter is the tensor)."""
     from torch.fx.operator_schemas import get_signature_for_torch_op
 
     target: Any = node.target
@@ -407,6 +409,8 @@ def _signatures(node: Node) -> list[inspect.Signature]:
         target = getattr(torch, str(target), None)
         if target is None:
             return []
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return get_signature_for_torch_op(target) or []
     try:
         return [inspect.signature(target)]
     except (TypeError, ValueError):

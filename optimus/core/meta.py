@@ -59,6 +59,22 @@ def signature(node: Any) -> tuple | None:
     return (tuple(d if type(d) is int else str(d) for d in t.shape), t.dtype, str(t.device))
 
 
+def value_key(node: Node) -> str:
+    """The meta key ``node``'s example value lives under: ``"val"`` in an ATen graph (a
+    node that has ``val`` and no ``example_value``, or a new node with no value yet whose
+    inputs are such nodes), else ``"example_value"`` (Dynamo graphs)."""
+    if "example_value" in node.meta:
+        return "example_value"
+    if "val" in node.meta:
+        return "val"
+    for i in node.all_input_nodes:
+        if "example_value" in i.meta:
+            return "example_value"
+        if "val" in i.meta:
+            return "val"
+    return "example_value"
+
+
 def _fake_mode_of(vals) -> Any:
     from torch._subclasses.fake_tensor import FakeTensor
 
@@ -69,7 +85,8 @@ def _fake_mode_of(vals) -> Any:
 
 
 def infer(node: Node) -> Any:
-    """Compute and store ``meta["example_value"]`` for a node a rewrite created, by running
+    """Compute and store the example value (``meta["example_value"]``, or ``meta["val"]``
+    in an ATen graph: :func:`value_key`) of a node a rewrite created, by running
     its target on its inputs' example values (under their FakeTensorMode, so no real
     compute). Returns the value, or None when an input has no example value.
 
@@ -105,5 +122,5 @@ def infer(node: Node) -> Any:
         out = fn(*args, **kwargs)
     if node.target is operator.getitem and isinstance(out, torch.Tensor) and mode is None:
         out = out.clone()
-    node.meta["example_value"] = out
+    node.meta[value_key(node)] = out
     return out

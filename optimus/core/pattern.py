@@ -76,8 +76,12 @@ class SearchOptions:
 class Pattern:
     """Base of both kinds. Subclasses set ``name``, ``description`` (one line) and
     ``preconditions`` (words); ``source`` ("path:line" where the class is defined) is
-    filled in by :func:`register`."""
+    filled in by :func:`register`. ``stage`` is the graph the pattern is written for:
+    ``"pre-grad"`` (the Dynamo graph: torch functions, ``example_value``) or
+    ``"post-grad"`` (the ATen graphs AOTAutograd hands Inductor: ``OpOverload`` targets,
+    ``val``)."""
 
+    stage: str = "pre-grad"
     name: str = ""
     description: str = ""
     preconditions: tuple[str, ...] = ()

@@ -102,6 +102,26 @@ def _module_path(path: str, cls: Any) -> tuple[str | None, str | None]:
     return path or None, name
 
 
+def origins(node: Node) -> list[str] | None:
+    """The names of the nodes ``node`` was made from, by ``meta["from_node"]`` (FX's
+    provenance, a list of ``NodeSource`` chains that AOTAutograd and graph passes fill):
+    the root of every chain, in order, each once; None when the node has none. For a node
+    of an ATen graph these are pre-grad (Dynamo) node names."""
+    chains = node.meta.get("from_node")
+    if not chains:
+        return None
+    out: dict[str, None] = {}
+    todo = list(reversed(chains))
+    while todo:
+        src = todo.pop()
+        parents = getattr(src, "from_node", None)
+        if parents:
+            todo.extend(reversed(parents))
+        else:
+            out[str(getattr(src, "name", src))] = None
+    return list(out) or None
+
+
 def node_record(node: Node) -> NodeRecord:
     """One live FX node as a plain NodeRecord (see :class:`optimus_lens.core.trace.NodeRecord`)."""
     v = meta.value(node)
@@ -120,6 +140,8 @@ def node_record(node: Node) -> NodeRecord:
         source=source_of(node.meta.get("stack_trace")),
         stride=meta.strides(v),
         device=_device(v),
+        seq_nr=node.meta.get("seq_nr") if isinstance(node.meta.get("seq_nr"), int) else None,
+        from_node=origins(node),
     )
 
 

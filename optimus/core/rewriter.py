@@ -156,6 +156,8 @@ class Rewriter:
             )
         for i in inputs:
             self._save_users(i)
+        if name is None and isinstance(target, torch._ops.OpOverload):
+            name = target._opname  # ``cat``, as AOTAutograd names ATen nodes, not ``cat_default``
         self._inside += 1
         try:
             n = self.graph.create_node(op, target, args, kwargs, name)
@@ -213,7 +215,7 @@ class Rewriter:
         """Store the example values (FakeTensors) that a replacement changed downstream,
         so later steps read the strides the graph now computes."""
         for node, value in updates:
-            self.set_meta(node, "example_value", value)
+            self.set_meta(node, meta.value_key(node), value)
 
     def _copy_as(self, old: Node, new: Node) -> Node | None:
         """A copy of ``new`` with ``old``'s (dense) strides, created right after ``new``; None
@@ -287,8 +289,10 @@ class Rewriter:
         node.meta[key] = value
 
     def carry_meta(self, old: Node, new: Node) -> None:
-        """Give ``new`` the source location and module path of the node it replaces (where it has none)."""
-        for k in ("stack_trace", "nn_module_stack"):
+        """Give ``new`` the source location and module path of the node it replaces (where it
+        has none), and in an ATen graph its provenance: AOTAutograd's ``seq_nr`` and FX's
+        ``from_node``."""
+        for k in CARRIED_META:
             if k in old.meta and k not in new.meta:
                 self.set_meta(new, k, old.meta[k])
 
@@ -376,6 +380,8 @@ class Rewriter:
 
 
 _MISSING = object()
+#: the metas :meth:`Rewriter.carry_meta` gives a replacement
+CARRIED_META = ("stack_trace", "nn_module_stack", "seq_nr", "from_node")
 
 
 def target_text(target: Any) -> str:

@@ -184,7 +184,7 @@ def eager_strides(graph) -> int:
             _same_static_strides(a, b) or not isinstance(a, torch.Tensor) for a, b in zip(olds, news)
         ):
             continue
-        n.meta["example_value"] = new
+        n.meta[meta.value_key(n)] = new
         dirty.add(n)
     return len(dirty)
 

@@ -7,17 +7,26 @@ checkpoint), keeping the trace O(graph + changes) instead of O(graph x steps).
 
 JSON layout (``format_version`` 1)::
 
-    {"format_version": 1, "model": str, "nodes_before": int, "nodes_after": int,
+    {"format_version": 1, "model": str, "graph": "pre-grad", "nodes_before": int, "nodes_after": int,
      "passes": [{"name", "enabled", "patterns": [...], "options": {...}}],
      "capture": {...}, "initial_graph": {"nodes": [NodeRecord...]},
-     "steps": [{"index", "pass", "pattern", "sites", "created", "erased", "replaced",
+     "steps": [{"index", "graph", "pass", "pattern", "sites", "created", "erased", "replaced",
                 "delta": {"upsert": [NodeRecord...], "remove": [name...]},
                 "match_s", "rewrite_s", "nodes_after", "verify": {...} | null,
                 "info": {...} (optional: pattern-specific figures, e.g. bytes_packed),
-                "error": {...} (only on a rolled-back step)}]}
+                "error": {...} (only on a rolled-back step)}],
+     "graphs": [{"graph": "forward" | "backward", "initial_graph": ..., "steps": [...], ...}]}
+
+One run, several graphs: the pre-grad (Dynamo) graph's steps are the top-level ``steps``;
+the ATen graphs Inductor's post-grad passes see (``forward``, and ``backward`` in
+training) are in ``graphs``, each a trace of its own (its own initial graph, passes,
+steps numbered from 1, verification), laid out as above. Every step names its graph
+(``graph``). A trace written before graphs existed has no ``graphs`` and no ``graph``
+fields and loads as a pre-grad trace.
 
 A NodeRecord is written as ``{"name", "op", "target", "args", "kwargs", "inputs",
-"shape", "dtype", "module", "module_type", "source", "stride", "device"}`` less the fields at their default
+"shape", "dtype", "module", "module_type", "source", "stride", "device", "seq_nr",
+"from_node"}`` less the fields at their default
 (empty or null) and less ``inputs`` where it follows from ``args``/``kwargs``
 (:meth:`NodeRecord.to_json`); readers accept records with or without them. A step's
 delta holds only the nodes the step created or rewired.
@@ -35,6 +44,10 @@ from typing import Any
 
 FORMAT_VERSION = 1
 CHECKPOINT_SHARE = 4  # see Trace.graph_at
+#: the graphs of a run: the Dynamo graph the pre-grad passes rewrite, and the ATen graphs
+#: (AOTAutograd's forward and backward) Inductor's post-grad passes rewrite
+PRE_GRAD, FORWARD, BACKWARD = "pre-grad", "forward", "backward"
+GRAPHS = (PRE_GRAD, FORWARD, BACKWARD)
 
 
 class TraceFormatError(ValueError):
@@ -57,7 +70,11 @@ class NodeRecord:
     the output's strides in elements, shaped like ``shape`` (None in traces written
     before it was recorded). ``device`` is the output's device (``"cpu"``,
     ``"cuda:0"``; the first output's for a tuple; None in traces written before it was
-    recorded, and for non-tensor outputs).
+    recorded, and for non-tensor outputs). ATen nodes (the post-grad graphs) also carry
+    AOTAutograd's ``seq_nr`` (the autograd node a forward op and the backward ops of its
+    gradient share; None where the node has none) and ``from_node``, the names of the
+    pre-grad nodes it came from (the roots of its ``meta["from_node"]`` chain; None where
+    it has none).
     """
 
     name: str
@@ -73,6 +90,8 @@ class NodeRecord:
     source: str | None = None
     stride: list | None = None
     device: str | None = None
+    seq_nr: int | None = None
+    from_node: list[str] | None = None
 
     def to_json(self) -> dict:
         """Compact JSON form: fields at their default (empty args/kwargs, None shape,
@@ -86,7 +105,7 @@ class NodeRecord:
             d["kwargs"] = self.kwargs
         if self.inputs and self.inputs != refs_in(self.args, self.kwargs):
             d["inputs"] = self.inputs
-        for k in ("shape", "dtype", "module", "module_type", "source", "stride", "device"):
+        for k in ("shape", "dtype", "module", "module_type", "source", "stride", "device", "seq_nr", "from_node"):
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
@@ -111,6 +130,8 @@ class NodeRecord:
             d.get("source"),
             d.get("stride"),
             d.get("device"),
+            d.get("seq_nr"),
+            d.get("from_node"),
         )
 
     @property
@@ -267,7 +288,8 @@ class Step:
     an empty delta and ``error``: ``{"kind": "raised" | "invalid" | "layout" |
     "direct-mutation" | "symbolic-size", "type": exception class, "message", "source": "path:line" of the
     pattern code that raised (or the pattern's class)}``. Traces written before this
-    field existed load with ``error`` None."""
+    field existed load with ``error`` None. ``graph`` names the graph the step rewrote
+    (``"pre-grad"``, ``"forward"`` or ``"backward"``); ``index`` counts from 1 within it."""
 
     index: int
     pass_name: str
@@ -284,6 +306,7 @@ class Step:
     #: pattern-specific figures, plain data (``prepack_weights``: ``bytes_packed``)
     info: dict = field(default_factory=dict)
     error: dict | None = None
+    graph: str = PRE_GRAD
 
     @property
     def failed(self) -> bool:
@@ -293,6 +316,7 @@ class Step:
     def to_json(self) -> dict:
         out = {
             "index": self.index,
+            "graph": self.graph,
             "pass": self.pass_name,
             "pattern": self.pattern,
             "sites": self.sites,
@@ -312,7 +336,9 @@ class Step:
         return out
 
     @classmethod
-    def from_json(cls, d: dict) -> Step:
+    def from_json(cls, d: dict, graph: str = PRE_GRAD) -> Step:
+        """Inverse of :meth:`to_json`; a step without ``graph`` (written before graphs
+        existed) belongs to ``graph``."""
         return cls(
             index=d["index"],
             pass_name=d["pass"],
@@ -328,6 +354,7 @@ class Step:
             verify=VerifyResult(**d["verify"]) if d.get("verify") is not None else None,
             info=d.get("info", {}),
             error=d.get("error"),
+            graph=d.get("graph", graph),
         )
 
 
@@ -345,6 +372,11 @@ class Trace:
     as 1/``CHECKPOINT_SHARE`` of the graph's nodes (a copy costs about that much), so a
     rebuild replays at most that many records once its checkpoints exist, and the first
     rebuild of a late step replays every delta once.
+
+    ``graph`` names the graph this trace's steps rewrite (``"pre-grad"`` for the Dynamo
+    graph); ``graphs`` holds the other graphs of the same run, each a Trace of its own
+    (``"forward"``, ``"backward"``: the ATen graphs of the post-grad passes), and
+    :meth:`graph_named` picks one.
     """
 
     model: str
@@ -354,6 +386,8 @@ class Trace:
     capture: dict = field(default_factory=dict)
     final_verify: VerifyResult | None = None
     format_version: int = FORMAT_VERSION
+    graph: str = PRE_GRAD
+    graphs: list[Trace] = field(default_factory=list)
 
     def __post_init__(self):
         self._checkpoints: dict[int, GraphSnapshot] = {0: self.initial_graph}
@@ -408,6 +442,31 @@ class Trace:
         """Steps that failed verification or were rolled back (:attr:`Step.failed`)."""
         return [s for s in self.steps if s.failed]
 
+    # ---- the graphs of one run
+    def graph_names(self) -> list[str]:
+        """This trace's graph, then those of :attr:`graphs`, in run order."""
+        return [self.graph, *(g.graph for g in self.graphs)]
+
+    def graph_named(self, name: str) -> Trace:
+        """The trace of graph ``name`` (this one, or one of :attr:`graphs`). Raises
+        KeyError listing the graphs the run recorded."""
+        for t in (self, *self.graphs):
+            if t.graph == name:
+                return t
+        raise KeyError(f"the trace has no {name} graph (it has: {', '.join(self.graph_names())})")
+
+    def traces(self) -> list[Trace]:
+        """This trace and those of :attr:`graphs`, in run order."""
+        return [self, *self.graphs]
+
+    def all_steps(self) -> list[Step]:
+        """Every step of every graph of the run, graph by graph (each Step names its ``graph``)."""
+        return [s for t in self.traces() for s in t.steps]
+
+    def all_failed(self) -> list[Step]:
+        """The failed steps (:attr:`Step.failed`) of every graph of the run."""
+        return [s for t in self.traces() for s in t.failed_steps()]
+
     def failure_runs(self) -> list[tuple[Step, list[Step]]]:
         """The steps that fail verification, grouped: (a step that fails where the graph
         before it passed or was the captured one, the failing steps after it that fail with
@@ -441,6 +500,7 @@ class Trace:
         return {
             "format_version": self.format_version,
             "model": self.model,
+            "graph": self.graph,
             "nodes_before": self.nodes_before,
             "nodes_after": self.nodes_after,
             "passes": self.passes,
@@ -448,6 +508,7 @@ class Trace:
             "final_verify": asdict(self.final_verify) if self.final_verify else None,
             "initial_graph": self.initial_graph.to_json(),
             "steps": [s.to_json() for s in self.steps],
+            "graphs": [g.to_json() for g in self.graphs],
         }
 
     @classmethod
@@ -460,17 +521,24 @@ class Trace:
                 f"trace format_version {data['format_version']} is not supported (this build reads {FORMAT_VERSION})"
             )
         try:
-            fv = data.get("final_verify")
-            return cls(
-                model=data["model"],
-                initial_graph=GraphSnapshot.from_json(data["initial_graph"]),
-                steps=[Step.from_json(s) for s in data["steps"]],
-                passes=data.get("passes", []),
-                capture=data.get("capture", {}),
-                final_verify=VerifyResult(**fv) if fv else None,
-            )
-        except (KeyError, TypeError) as e:
+            return cls._from_json(data)
+        except (KeyError, TypeError, AttributeError) as e:
             raise TraceFormatError(f"malformed trace: {e!r}") from e
+
+    @classmethod
+    def _from_json(cls, data: dict) -> Trace:
+        fv = data.get("final_verify")
+        graph = data.get("graph", PRE_GRAD)
+        return cls(
+            model=data["model"],
+            initial_graph=GraphSnapshot.from_json(data["initial_graph"]),
+            steps=[Step.from_json(s, graph) for s in data["steps"]],
+            passes=data.get("passes", []),
+            capture=data.get("capture", {}),
+            final_verify=VerifyResult(**fv) if fv else None,
+            graph=graph,
+            graphs=[cls._from_json(g) for g in data.get("graphs", [])],
+        )
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), separators=(",", ":"))

@@ -61,6 +61,11 @@ class Comparison:
         """(captured, after ours, after upstream) node counts."""
         return self.ours.nodes_before, self.ours.nodes_after, self.upstream.nodes_after
 
+    @property
+    def graph(self) -> str:
+        """The graph both runs rewrote: ``"pre-grad"``, ``"forward"`` or ``"backward"``."""
+        return self.ours.graph
+
 
 def _key(s: Step) -> tuple[str, frozenset]:
     return s.pass_name, frozenset(s.sites)
@@ -346,4 +351,52 @@ def compare_runs(a: Trace, b: Trace, a_label: str = "A", b_label: str = "B") -> 
         gb = sorted(map(sorted, (k[1] for k in kb if k[0] == p)))
         out.groups[p] = (len(ga), len(gb), ga == gb)
     out.failed_a, out.failed_b = a.failed_steps(), b.failed_steps()
+    return out
+
+
+def compare_post_grad(
+    spec: str,
+    options: dict | None = None,
+    mode: str = "inference",
+    capture_method: str = "dynamo",
+    graph_index: int | None = None,
+) -> list[Comparison]:
+    """Capture ``spec`` and its ATen graphs once (``mode``: inference, the forward graph;
+    training, forward and backward); on each graph record upstream's ``post_grad_passes``
+    with ``post_grad_fusion_options`` = ``options`` (default:
+    :func:`optimus_lens.inductor.observe_post.default_post_grad_options`) on a copy, then run
+    ours on the graph itself — :func:`optimus_lens.passes.post_grad.post_grad_pipeline` when
+    ``options`` is None, else :func:`optimus_lens.passes.post_grad.upstream_post_grad_pipeline`
+    of the same options — every step of both verified. One Comparison per graph, in run
+    order; the groups table holds upstream's Optimus passes (the fusions and pattern
+    passes its options name), its other post-grad passes are in ``upstream`` only.
+    Raises as :func:`optimus_lens.inductor.observe_post.observe_post_grad` does."""
+    from optimus_lens.frontend.capture import capture
+    from optimus_lens.frontend.postgrad import run_post_grad
+    from optimus_lens.frontend.run import load_model
+    from optimus_lens.inductor.observe_post import observe_post_grad
+    from optimus_lens.passes.post_grad import upstream_post_grad_pipeline
+
+    model, inputs, name = load_model(spec)
+    if mode == "training":
+        model.train()
+    captured = capture(model, inputs, method=capture_method, graph_index=graph_index)
+    up = observe_post_grad(name, options=options, mode=mode, captured=captured)  # copies of the ATen graphs
+    pipe = upstream_post_grad_pipeline(options) if options is not None else None
+    ours = run_post_grad(
+        captured.gm, captured.example_inputs, mode, pipe, verify="step", capture=up.aten, model_name=name
+    )
+    out = []
+    for mine, theirs in zip(ours.traces, up.trace.graphs):
+        optimus = Trace(
+            model=theirs.model,
+            initial_graph=theirs.initial_graph,
+            steps=[s for s in theirs.steps if s.pass_name in up.options],
+            capture=theirs.capture,
+            graph=theirs.graph,
+        )
+        c = compare_traces(mine, optimus, up.options)
+        c.upstream = theirs
+        c.upstream_defects = theirs.failed_steps()
+        out.append(c)
     return out

@@ -45,6 +45,8 @@ def resolve_target(name: str) -> Any:
     """The callable a qualified name (as :func:`optimus_lens.core.record.target_name` writes it)
     names: the longest importable module prefix, then attributes. Raises RebuildError."""
     parts = name.split(".")
+    if name.startswith("torch.ops."):
+        _register_aten_namespaces()
     for i in range(len(parts) - 1, 0, -1):
         try:
             obj = importlib.import_module(".".join(parts[:i]))
@@ -61,6 +63,14 @@ def resolve_target(name: str) -> Any:
     if hasattr(builtins, name):
         return getattr(builtins, name)
     raise RebuildError(f"cannot resolve target {name!r} to a function")
+
+
+def _register_aten_namespaces() -> None:
+    """Register the op namespaces an ATen graph of Inductor's post-grad passes may call
+    besides ``aten`` (``torch.ops.prims.*`` from the decompositions, Inductor's own prims),
+    which exist only once their modules are imported."""
+    import torch._inductor.inductor_prims  # noqa: F401
+    import torch._prims  # noqa: F401
 
 
 _DEVICE = re.compile(r"device\(type='(\w+)'(?:, index=(\d+))?\)")

@@ -33,6 +33,7 @@ from optimus_lens.core.engine import Engine, RunOptions
 from optimus_lens.core.pipeline import Pipeline
 from optimus_lens.core.trace import Step, Trace
 from optimus_lens.frontend.capture import Captured, capture
+from optimus_lens.frontend.postgrad import PostGradRun, check_stage, run_post_grad
 
 
 class ModelSpecError(ValueError):
@@ -290,12 +291,15 @@ def select_passes(names: list[str], passes: list[str] | None = None, skip: list[
 @dataclass
 class RunResult:
     """A finished run: the Trace, the capture it started from, and the Engine (whose
-    ``gm`` is the optimised GraphModule and ``stages`` the per-pass copies)."""
+    ``gm`` is the optimised GraphModule and ``stages`` the per-pass copies). With a
+    post-grad stage, ``post_grad`` holds the ATen graphs and the Engine of each (their
+    traces are ``trace.graphs``)."""
 
     trace: Trace
     captured: Captured
     engine: Engine
     spec: str
+    post_grad: PostGradRun | None = None
 
 
 def optimize(
@@ -315,8 +319,21 @@ def optimize(
     captured: Captured | None = None,
     dynamic: bool = False,
     on_error: str = "skip",
+    stage: str = "pre-grad",
+    mode: str = "inference",
+    post_grad_pipeline: Pipeline | None = None,
 ) -> RunResult:
     """Capture a model and run the Optimus pipeline over it, recording every step.
+
+    ``stage`` picks the graphs: ``"pre-grad"`` (default) the Dynamo graph only;
+    ``"post-grad"`` the ATen graphs Inductor's post-grad passes see (the forward graph, and
+    with ``mode="training"`` the backward graph), captured from the unchanged program and
+    rewritten by ``post_grad_pipeline`` (default:
+    :func:`optimus_lens.passes.post_grad.post_grad_pipeline`); ``"all"`` the pre-grad
+    pipeline first, then the ATen graphs of the program it rewrote. The ATen graphs'
+    traces are ``trace.graphs`` (:mod:`optimus_lens.frontend.postgrad`). With
+    ``mode="training"`` a model built from a spec is put in training mode
+    (``model.train()``) and the pre-grad steps are verified on gradients too.
 
     ``passes`` names the enabled passes of the default pipeline (None: all) and ``skip``
     the passes to switch off among those (:func:`select_passes`). ``on_step``
@@ -327,16 +344,24 @@ def optimize(
     optimus_lens.frontend.capture.CaptureError, optimus_lens.core.engine.PatternError, or KeyError for an
     unknown pass name. ``captured`` runs on an existing capture (its ``gm`` is rewritten
     in place) instead of capturing ``spec_or_model``, which then only names the run.
+    Also raises ValueError for an unknown stage or mode and
+    optimus_lens.frontend.aten_capture.AtenCaptureError when AOTAutograd cannot trace the program.
     """
     from optimus_lens.passes import default_pipeline
 
+    check_stage(stage, mode)
     if captured is not None:
         name = run_name(spec_or_model)
     else:
         model, inputs, name = model_and_inputs(spec_or_model, inputs)
+        if mode == "training" and isinstance(spec_or_model, str):
+            model.train()
     pipe = pipeline or default_pipeline()
-    if passes is not None or skip:
+    if stage == "post-grad":
+        pipe = Pipeline([])
+    elif passes is not None or skip:
         pipe = pipe.only(select_passes(pipe.names(), passes, skip))
+    grads = grads or (mode == "training" and stage != "post-grad")
     if captured is None:
         captured = capture(model, tuple(inputs or ()), method=capture_method, graph_index=graph_index, dynamic=dynamic)
     if on_capture is not None:
@@ -345,14 +370,35 @@ def optimize(
         captured.gm,
         captured.example_inputs,
         pipe,
-        RunOptions(verify=verify, record=record, grads=grads, keep_stages=keep_stages, on_error=on_error),
+        RunOptions(
+            verify="off" if stage == "post-grad" else verify,
+            record=record,
+            grads=grads,
+            keep_stages=keep_stages,
+            on_error=on_error,
+        ),
         model_name=name,
-        capture_info=captured.info(),
+        capture_info={**captured.info(), "stage": stage, "mode": mode},
     )
     for step in engine.steps():
         if on_step is not None:
             on_step(step)
-    return RunResult(engine.trace, captured, engine, name)
+    post = None
+    if stage != "pre-grad":
+        post = run_post_grad(
+            engine.gm,
+            captured.example_inputs,
+            mode,
+            post_grad_pipeline,
+            verify=verify,
+            record=record,
+            keep_stages=keep_stages,
+            on_step=on_step,
+            on_error=on_error,
+            model_name=name,
+        )
+        engine.trace.graphs = post.traces
+    return RunResult(engine.trace, captured, engine, name, post)
 
 
 def run_name(spec_or_model: str | torch.nn.Module) -> str:

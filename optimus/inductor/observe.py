@@ -61,6 +61,7 @@ COUNTER_PASS = {
 }
 
 UNRECORDED_PATTERN = "unrecorded changes"
+META_REFRESH_PATTERN = "values refreshed (meta['val'] recomputed)"
 UNSORTED_MESSAGE = "upstream leaves the graph unsorted until its final stable_topological_sort"
 
 
@@ -246,7 +247,9 @@ def run_upstream(gm: GraphModule, example_inputs: tuple, options: dict) -> Upstr
     return UpstreamRun(out, counts, seconds, before, len(out.graph.nodes), w.applications)
 
 
-def _delta(rec: Recording, touched: list[Node]) -> tuple[list[Node], list[str], Delta]:
+def step_delta(rec: Recording, touched: list[Node]) -> tuple[list[Node], list[str], Delta]:
+    """What one upstream application changed, from its Recording and the nodes whose
+    arguments it reassigned: (created nodes still alive, erased names, the Delta)."""
     created_ids = {id(n) for n in rec.created}
     created = rec.created_alive()
     nodes = {id(n): n for n in rec.touched()}
@@ -256,7 +259,8 @@ def _delta(rec: Recording, touched: list[Node]) -> tuple[list[Node], list[str], 
     return created, removed, Delta([node_record(n) for n in nodes.values() if not n._erased], removed)
 
 
-def _records(snap: GraphSnapshot) -> dict[str, dict]:
+def snapshot_records(snap: GraphSnapshot) -> dict[str, dict]:
+    """A snapshot's records as plain dicts, for comparing two snapshots field by field."""
     return {name: asdict(r) for name, r in snap.nodes.items()}
 
 
@@ -302,7 +306,7 @@ def observe_upstream(
     )
 
     def add_step(app: Application, rec: Recording, touched: list[Node]) -> Step:
-        created, removed, delta = _delta(rec, touched)
+        created, removed, delta = step_delta(rec, touched)
         step = Step(
             index=len(trace.steps) + 1,
             pass_name=app.pass_name,
@@ -340,30 +344,47 @@ def observe_upstream(
         trace.final_verify = raised
         trace.capture.update({"raised": f"{type(e).__name__}: {e}"})
         return trace
-    final = snapshot_graph(out.graph)
-    replay = trace.graph_at(len(trace.steps))
-    if _records(replay) != _records(final):
-        upsert = [r for name, r in final.nodes.items() if replay.nodes.get(name) != r]
-        removed = [name for name in replay.nodes if name not in final.nodes]
-        trace.steps.append(
-            Step(
-                index=len(trace.steps) + 1,
-                pass_name=OTHER_PASS,
-                pattern=UNRECORDED_PATTERN,
-                sites=[],
-                created=[r.name for r in upsert if r.name not in replay.nodes],
-                erased=removed,
-                replaced={},
-                delta=Delta(upsert, removed),
-                match_s=0.0,
-                rewrite_s=0.0,
-                nodes_after=len(out.graph.nodes),
-            )
-        )
+    add_unrecorded(trace, out)
     trace.capture.update({"counters": counts, "seconds": round(seconds, 4)})
     if ref is not None:
         trace.final_verify = _verify.check(out, inputs, ref)
     return trace
+
+
+def add_unrecorded(trace: Trace, out: GraphModule, pass_name: str = OTHER_PASS) -> Step | None:
+    """Append a last Step ``"unrecorded changes"`` (of ``pass_name``) holding the difference
+    between the trace's last graph and ``out``'s, should a change have escaped the
+    recorder, so it is visible rather than lost; returns it, or None when they are equal.
+    When only values changed (shape, dtype, strides: upstream's post-grad
+    ``FakeTensorUpdater`` refreshes ``meta["val"]`` at the end, filling the values its
+    fusions did not compute), the step's pattern says so (``META_REFRESH_PATTERN``)."""
+    final = snapshot_graph(out.graph)
+    replay = trace.graph_at(len(trace.steps))
+    if snapshot_records(replay) == snapshot_records(final):
+        return None
+    upsert = [r for name, r in final.nodes.items() if replay.nodes.get(name) != r]
+    removed = [name for name in replay.nodes if name not in final.nodes]
+    structure = ("op", "target", "args", "kwargs", "inputs")
+    meta_only = not removed and all(
+        r.name in replay.nodes and all(getattr(r, k) == getattr(replay.nodes[r.name], k) for k in structure)
+        for r in upsert
+    )
+    step = Step(
+        index=len(trace.steps) + 1,
+        pass_name=pass_name,
+        pattern=META_REFRESH_PATTERN if meta_only else UNRECORDED_PATTERN,
+        sites=[],
+        created=[r.name for r in upsert if r.name not in replay.nodes],
+        erased=removed,
+        replaced={},
+        delta=Delta(upsert, removed),
+        match_s=0.0,
+        rewrite_s=0.0,
+        nodes_after=len(out.graph.nodes),
+        graph=trace.graph,
+    )
+    trace.steps.append(step)
+    return step
 
 
 @dataclass

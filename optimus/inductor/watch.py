@@ -64,11 +64,24 @@ class Watcher:
     made it (or to :data:`OTHER_PASS` for changes made between rule calls).
 
     ``on_change(app, rec, touched)`` is called for every rule call or in-between span
-    that changed the graph; ``touched`` holds the nodes whose args were reassigned."""
+    that changed the graph; ``touched`` holds the nodes whose args were reassigned.
 
-    def __init__(self, gm: GraphModule, on_change: Callable[[Application, Recording, list[Node]], None]):
+    ``other`` names the in-between spans outside any named pass. Inside a named pass
+    (:meth:`push_label`: upstream's ``GraphTransformObserver(gm, passname)`` blocks, with
+    ``patched_rules(w, spans=True)``) the span is that pass: everything the pass changed
+    outside rule calls becomes one application of it (``remove_noop_ops``,
+    ``reinplace_inplaceable_ops``, ...)."""
+
+    def __init__(
+        self,
+        gm: GraphModule,
+        on_change: Callable[[Application, Recording, list[Node]], None],
+        other: str = OTHER_PASS,
+    ):
         self.gm, self.graph = gm, gm.graph
         self.on_change = on_change
+        self.other = other
+        self.labels: list[str] = []
         self.passes: list[str] = []
         self.depth = 0
         self.touched: dict[int, Node] = {}
@@ -96,7 +109,27 @@ class Watcher:
         cm.__exit__(None, None, None)
         touched = self._drain()
         if emit and (self._changed(rec) or touched):
-            self.on_change(Application(OTHER_PASS, OTHER_PATTERN, [], {}, True, False, 0.0), rec, touched)
+            label = self.labels[-1] if self.labels else None
+            app = Application(label or self.other, label or OTHER_PATTERN, [], {}, True, False, 0.0)
+            self.on_change(app, rec, touched)
+
+    def push_label(self, name: str) -> None:
+        """A named pass starts: what changed before it is emitted, and the changes from here
+        on (outside rule calls) are the pass's."""
+        if not self.depth:
+            self.close_outside()
+        self.labels.append(name)
+        if not self.depth:
+            self.open_outside()
+
+    def pop_label(self) -> None:
+        """The named pass of the last :meth:`push_label` ends: its changes are emitted."""
+        if not self.depth:
+            self.close_outside()
+        if self.labels:
+            self.labels.pop()
+        if not self.depth:
+            self.open_outside()
 
     # ---- rule calls
     def application(self, pass_name: str, pattern: str, sites: list, fn: Callable[[], Any]) -> Any:
@@ -213,10 +246,13 @@ _ACTIVE: list[Watcher] = []
 
 
 @contextmanager
-def patched_rules(w: Watcher) -> Iterator[None]:
+def patched_rules(w: Watcher, spans: bool = False) -> Iterator[None]:
     """Wrap upstream's rule entry points so each call runs through ``w.application``;
-    restore every wrapped attribute on exit, also when the body raises. Raises
-    RuntimeError when another block of this process is already watching."""
+    restore every wrapped attribute on exit, also when the body raises. With ``spans``,
+    also ``GraphTransformObserver``'s ``__enter__``/``__exit__`` (every named pass of
+    ``post_grad_passes`` runs inside one), so each pass's other changes are one span
+    (:meth:`Watcher.push_label`). Raises RuntimeError when another block of this process is
+    already watching."""
     from torch._inductor import pattern_matcher as pm
     from torch._inductor.fx_passes import group_batch_fusion as gbf
 
@@ -251,7 +287,7 @@ def patched_rules(w: Watcher) -> Iterator[None]:
 
     def wrap_pass(orig):
         def apply(self, gm):
-            w.passes.append(self.pass_name or "pattern_matcher")
+            w.passes.append(self.pass_name or (w.labels[-1] if w.labels else "pattern_matcher"))
             try:
                 return orig(self, gm)
             finally:
@@ -276,6 +312,8 @@ def patched_rules(w: Watcher) -> Iterator[None]:
                 patch(cls, "apply", wrap_entry(cls.__dict__["apply"]))
         patch(pm.PatternMatcherPass, "apply", wrap_pass(pm.PatternMatcherPass.__dict__["apply"]))
         patch(Node, "_update_args_kwargs", update_args_kwargs)
+        if spans:
+            _patch_spans(w, patch)
         yield
     finally:
         for owner, attr, had, old in reversed(saved):
@@ -284,6 +322,31 @@ def patched_rules(w: Watcher) -> Iterator[None]:
             else:
                 delattr(owner, attr)
         _ACTIVE.remove(w)
+
+
+def _patch_spans(w: Watcher, patch: Callable[[type, str, Any], None]) -> None:
+    """Wrap ``GraphTransformObserver.__enter__``/``__exit__`` (torch/fx/passes/graph_transform_observer.py)
+    so each named block of ``w``'s graph is a span of ``w`` (:meth:`Watcher.push_label`)."""
+    from torch.fx.passes.graph_transform_observer import GraphTransformObserver as GTO
+
+    enter, exit_ = GTO.__dict__["__enter__"], GTO.__dict__["__exit__"]
+
+    def mine(self) -> bool:
+        return getattr(getattr(self, "gm", None), "graph", None) is w.graph
+
+    def __enter__(self):
+        out = enter(self)
+        if mine(self):
+            w.push_label(str(self.passname))
+        return out
+
+    def __exit__(self, *exc):
+        if mine(self):
+            w.pop_label()
+        return exit_(self, *exc)
+
+    patch(GTO, "__enter__", __enter__)
+    patch(GTO, "__exit__", __exit__)
 
 
 @contextmanager

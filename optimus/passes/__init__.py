@@ -1,4 +1,6 @@
-"""The predefined Optimus patterns and the default pipeline.
+"""The predefined Optimus patterns and the default pipelines: :func:`default_pipeline` (the
+pre-grad passes, on the Dynamo graph) and :func:`post_grad_pipeline` (the post-grad passes, on
+the ATen forward and backward graphs; :mod:`optimus_lens.passes.post_grad`).
 
 Importing this package registers every shipped pattern in ``optimus_lens.core.pattern.REGISTRY``,
 so this is the one module that knows every pattern: look one up with :func:`pattern_named`,
@@ -13,6 +15,8 @@ from optimus_lens.core.pattern import REGISTRY, Pattern
 from optimus_lens.passes import batch, split_cat  # noqa: F401  (registration)
 from optimus_lens.passes import normalize, einsum  # noqa: F401  (registration)
 from optimus_lens.passes import contract  # noqa: F401  (registration)
+from optimus_lens.passes import post_grad  # noqa: F401  (registration: the ATen patterns, stage "post-grad")
+from optimus_lens.passes.post_grad import post_grad_pipeline, upstream_post_grad_pipeline  # noqa: F401  (re-exported)
 from optimus_lens.passes.batch_extra import EXTRA_BATCH_PASSES
 from optimus_lens.passes.profit import group_estimate
 
@@ -26,9 +30,10 @@ def pattern_named(name: str) -> Pattern:
         raise KeyError(f"unknown pattern {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
 
 
-def all_patterns() -> list[Pattern]:
-    """Every registered pattern, in registration order (the shipped ones first)."""
-    return list(REGISTRY.values())
+def all_patterns(stage: str | None = None) -> list[Pattern]:
+    """Every registered pattern, in registration order (the shipped ones first); with
+    ``stage`` ("pre-grad" or "post-grad") only the patterns written for that graph."""
+    return [p for p in REGISTRY.values() if stage is None or p.stage == stage]
 
 
 # the shipped batch fusions in pipeline order: each registration's ``pipeline_order`` (upstream's
@@ -146,12 +151,17 @@ def upstream_pipeline(options: dict) -> Pipeline:
     fixed point. A name upstream accepts without registering any pre-grad pattern in it
     (``EMPTY_UPSTREAM_PASSES``) becomes a pass with no patterns. Raises KeyError for a
     name that is neither a batch fusion nor a pattern pass (upstream fails the compile
-    with a KeyError too)."""
+    with a KeyError too), and for a post-grad fusion's name (``batch_aten_relu``: see
+    :func:`optimus_lens.passes.post_grad.upstream_post_grad_pipeline`)."""
     options = dict(options)
     batch_passes, pattern_passes = [], []
     for name, opts in options.items():
         opts = dict(opts or {})
         pattern = REGISTRY.get(name)
+        if pattern is not None and pattern.stage != "pre-grad":
+            raise KeyError(
+                f"{name!r} is a {pattern.stage} fusion option (post_grad_fusion_options), not a pre-grad one"
+            )
         if pattern is not None and pattern.kind == "batch":
             batch_passes.append(
                 Pass(
@@ -169,7 +179,7 @@ def upstream_pipeline(options: dict) -> Pipeline:
             pattern_passes.append(Pass(name, [], description=EMPTY_UPSTREAM_PASSES[name]))
         else:
             known = sorted([*PATTERN_PASSES, *EMPTY_UPSTREAM_PASSES]) + sorted(
-                n for n, p in REGISTRY.items() if p.kind == "batch"
+                n for n, p in REGISTRY.items() if p.kind == "batch" and p.stage == "pre-grad"
             )
             raise KeyError(f"unknown pre-grad fusion option {name!r}; known: {', '.join(known)}")
     head = [pattern_pass("normalization_pass")] if "normalization_pass" in options else []
@@ -178,7 +188,8 @@ def upstream_pipeline(options: dict) -> Pipeline:
 
 def pass_catalogue() -> list[dict]:
     """Every registered pattern as plain data: name, kind, description, preconditions,
-    upstream counterpart and source location (``optimus passes`` prints this)."""
+    upstream counterpart, source location and stage (``"pre-grad"`` or ``"post-grad"``;
+    ``optimus passes`` prints this)."""
     return [
         {
             "name": p.name,
@@ -187,6 +198,7 @@ def pass_catalogue() -> list[dict]:
             "preconditions": list(p.preconditions),
             "upstream": p.upstream,
             "source": p.source,
+            "stage": p.stage,
         }
         for p in REGISTRY.values()
     ]

@@ -11,6 +11,17 @@ own ``pre_grad_passes`` with the ``pre_grad_fusion_options`` equivalent to the e
 passes, :func:`optimus_lens.perf.stages.upstream_options`) and ``reference`` (a hand-fused model the sample
 provides through an ``optimus_reference()`` method).
 
+Post-grad stages (``stage="post-grad"`` or ``"all"``, :mod:`optimus_lens.perf.aten_stages`):
+``post:baseline`` (the program's ATen graphs as AOTAutograd hands them to Inductor: the
+captured program's, or with ``"all"`` the one our pre-grad passes rewrote), then the ATen
+graphs after each post-grad pass that made a step (``post:<pass>``), and with
+``against_upstream`` ``post:inductor`` (upstream's ``post_grad_passes`` with no Optimus
+options) and ``post:upstream`` (with the options equivalent to ours, on the ATen graphs of
+upstream's pre-grad output with ``"all"``). A post-grad stage is one call of the forward
+graph on its recorded primals and, in training, the backward graph on its recorded saved
+activations and tangents: "eager" runs the ATen graphs op by op, ``compile`` each under
+``torch.compile`` (Inductor).
+
 Protocol (the same on both devices):
 
 * every variant (a stage eager, and with ``compile`` the stage under ``torch.compile``
@@ -115,6 +126,19 @@ def make_call(fn: Callable, inputs: tuple, mode: str) -> Callable[[], None]:
     return train
 
 
+def aten_call(graphs: list[tuple[Callable, tuple]]) -> Callable[[], None]:
+    """One timed unit of work for an ATen stage: every graph called on its inputs in turn
+    (forward, then backward on its recorded saved activations and tangents), under
+    ``torch.no_grad``: AOTAutograd's graphs hold the backward computation themselves."""
+
+    def run() -> None:
+        with torch.no_grad():
+            for fn, ins in graphs:
+                fn(*ins)
+
+    return run
+
+
 def _time_once(
     call: Callable[[], None], inner: int, cuda: bool, clock: Callable[[], float] = time.perf_counter
 ) -> float:
@@ -180,6 +204,15 @@ def measure(
         raise ValueError("--device cuda: CUDA is not available on this machine")
     variants: list[_Variant] = []
     for i, st in enumerate(stages):
+        if st.aten:
+            graphs = [(g.to(device), tuple(_to(x, device) for x in xs)) for g, xs in [(st.gm, st.inputs), *st.after]]
+            for g, _ in graphs:
+                g.recompile()
+            variants.append(_Variant(i, False, aten_call(graphs)))
+            if compile:
+                comp = [(torch.compile(g, backend="inductor"), xs) for g, xs in graphs]
+                variants.append(_Variant(i, True, aten_call(comp)))
+            continue
         gm = st.gm.to(device)
         gm.recompile()
         ins = tuple(_to(x, device) for x in st.inputs)
@@ -245,7 +278,7 @@ def _result(stages: list[Stage], variants: list[_Variant], peaks: dict, cuda: bo
             src = "estimate" if mode == "inference" else "estimate-forward"
         t = StageTiming(
             st.label,
-            len(st.gm.graph.nodes),
+            st.nodes(),
             med,
             _pct(s, 0.1),
             _pct(s, 0.9),
@@ -277,6 +310,8 @@ def _previous_stage(stages: list[Stage], i: int) -> int | None:
     kind = stages[i].kind
     if kind == "alone":
         return 0 if stages[0].kind == "baseline" else None
+    if kind == "post-pass":
+        return next((j for j in range(i - 1, -1, -1) if stages[j].kind in ("post-baseline", "post-pass")), None)
     if kind not in ("pass", "prepack"):
         return None
     return next((j for j in range(i - 1, -1, -1) if stages[j].kind in ("baseline", "pass", "prepack")), None)
@@ -316,6 +351,8 @@ def bench_pipeline(
     final_only: bool = False,
     pipeline=None,
     kernels: bool = False,
+    stage: str = "pre-grad",
+    post_pipeline=None,
 ) -> BenchResult:
     """Build the stages (:func:`optimus_lens.perf.stages.build_stages`) and time them (:func:`measure`): what
     ``optimus bench`` and the app's timing panel run. ``threads`` sets
@@ -341,6 +378,9 @@ def bench_pipeline(
             graph_index,
             final_only,
             pipeline,
+            stage,
+            post_pipeline,
+            device,
         )
         out = measure(stages, repeats, warmup, device, compile, mode, progress)
         if kernels:
@@ -354,4 +394,6 @@ def bench_pipeline(
         facts["upstream_options"],
         facts["bytes_packed"],
     )
+    out.unchanged += [f"post:{n}" for n in facts.get("post_unchanged", [])]
+    out.post_upstream_options = facts.get("post_upstream_options")
     return out

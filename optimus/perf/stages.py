@@ -76,6 +76,9 @@ def build_stages(
     graph_index: int | None = None,
     final_only: bool = False,
     pipeline=None,
+    stage: str = "pre-grad",
+    post_pipeline=None,
+    device: str | None = None,
 ) -> tuple[list[Stage], dict]:
     """Capture ``spec`` (a model spec, see :func:`optimus_lens.frontend.run.load_model`, or an nn.Module
     with ``inputs``) in ``mode``, run the pipeline keeping the graph after each pass, and
@@ -84,7 +87,11 @@ def build_stages(
     packed parameters in training). See the module doc for the stages; with
     ``final_only`` the per-pass stages are left out but the last (the whole pipeline).
     ``pipeline`` replaces the default pipeline (e.g. with a pattern file's pass added by
-    :func:`optimus_lens.frontend.patternfile.pipeline_with`). Raises ModelSpecError, CaptureError, KeyError
+    :func:`optimus_lens.frontend.patternfile.pipeline_with`). ``stage`` ("pre-grad", "post-grad",
+    "all") adds the post-grad stages (:func:`optimus_lens.perf.aten_stages.post_grad_stages`: the
+    ATen graphs, captured on ``device``, after each pass of ``post_pipeline``) of the captured
+    program (post-grad: the pre-grad stages are left out) or of the one our pre-grad passes
+    rewrote (all). Raises ModelSpecError, CaptureError, AtenCaptureError, KeyError
     (unknown pass), ValueError (mode)."""
     from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
     from optimus_lens.frontend.capture import capture
@@ -98,6 +105,10 @@ def build_stages(
     model.train(mode == "training")
     for p in model.parameters():
         p.requires_grad_(True)
+    if stage == "post-grad":
+        from optimus_lens.core.pipeline import Pipeline
+
+        pipeline = Pipeline([])
     res = optimize(
         model,
         tuple(inputs),
@@ -141,12 +152,14 @@ def build_stages(
             eng = Engine(copy_graph_module(base), ins, pipe.only([name]), RunOptions(verify="off", record=False))
             eng.run()
             stages.append(Stage(f"alone:{name}", eng.gm, ins, "alone", len(eng.trace.steps)))
-    if against_upstream:
+    up_program = None
+    if against_upstream and stage != "post-grad":
         from optimus_lens.inductor.observe import run_upstream
 
         opts = upstream_options(enabled)
         up = run_upstream(base, ins, opts)
-        stages.append(Stage("upstream", _with_meta(up.gm, ins), ins, "upstream", sum(up.fusions.values())))
+        up_program = _with_meta(up.gm, ins)
+        stages.append(Stage("upstream", up_program, ins, "upstream", sum(up.fusions.values())))
         facts["upstream_options"] = opts
     make_ref = getattr(model, "optimus_reference", None)
     if reference and callable(make_ref):
@@ -156,4 +169,11 @@ def build_stages(
         c = capture(ref, tuple(inputs))
         rins = _trainable(c.example_inputs, n_user) if mode == "training" else c.example_inputs
         stages.append(Stage("reference", c.gm, rins, "reference"))
+    if stage != "pre-grad":
+        from optimus_lens.perf.aten_stages import post_grad_stages
+
+        program = base if stage == "post-grad" else res.engine.gm
+        post, pfacts = post_grad_stages(program, ins, mode, post_pipeline, against_upstream, device, up_program)
+        stages = post if stage == "post-grad" else stages + post
+        facts.update(pfacts)
     return stages, facts

@@ -29,7 +29,10 @@ class StageTiming:
     ``compiled_speedup`` is the compiled baseline's median over this stage's compiled
     median. ``steps``: steps the stage's pass made; ``kind``: "baseline", "pass",
     "prepack" (``prepack_weights`` in inference, ``packed`` in training), "alone",
-    "upstream" or "reference". For a pass stage, ``previous`` names
+    "upstream" or "reference", and for the post-grad stages (the ATen forward and backward
+    graphs run eagerly) "post-baseline", "post-pass", "post-inductor" (upstream's
+    ``post_grad_passes`` with no Optimus options) or "post-upstream" (with the equivalent
+    options). For a pass stage, ``previous`` names
     the stage its own effect is measured against and ``vs_previous`` (``_p10``, ``_p90``)
     is the per-round ratio of that stage's time to this one's (> 1: this pass made the
     graph faster; :func:`optimus_lens.perf.bench.paired_ratio`)."""
@@ -149,6 +152,7 @@ class BenchResult:
     threads: int | None = None
     upstream_options: dict | None = None
     bytes_packed: int = 0
+    post_upstream_options: dict | None = None
 
     def stage(self, name: str) -> StageTiming | None:
         return next((s for s in self.stages if s.stage == name), None)
@@ -159,11 +163,22 @@ class BenchResult:
         ours = [s for s in self.stages if s.kind in ("baseline", "pass", "prepack")]
         return ours[-1] if ours else None
 
+    @property
+    def ours_post(self) -> StageTiming | None:
+        """Our last post-grad stage (the ATen graphs after every post-grad pass), or None."""
+        ours = [s for s in self.stages if s.kind in ("post-baseline", "post-pass")]
+        return ours[-1] if ours else None
+
     def ratios(self) -> dict[str, float]:
         """Speed ratios of our pipeline (eager; ``+compiled`` keys under Inductor):
         ``ours_vs_upstream`` (upstream median / ours) and ``ours_vs_reference``
         (reference median / ours: 1.0 is the hand-fused speed) where those stages exist."""
         out: dict[str, float] = {}
+        post, up = self.ours_post, next((s for s in self.stages if s.kind == "post-upstream"), None)
+        if post is not None and up is not None:
+            out["post_grad_ours_vs_upstream"] = up.median_ms / post.median_ms
+            if up.compiled_median_ms and post.compiled_median_ms:
+                out["post_grad_ours_vs_upstream_compiled"] = up.compiled_median_ms / post.compiled_median_ms
         ours = self.ours
         if ours is None:
             return out
@@ -208,6 +223,7 @@ class BenchResult:
             "unchanged": self.unchanged,
             "ratios": self.ratios(),
             "upstream_options": self.upstream_options,
+            "post_upstream_options": self.post_upstream_options,
             "bytes_packed": self.bytes_packed,
             "slowdowns": [s.stage for s in self.slowdowns()],
         }
@@ -284,10 +300,29 @@ def _kernel_text(k: dict) -> str:
 @dataclass
 class Stage:
     """A graph to time: ``label``, the GraphModule, its inputs (real tensors in
-    placeholder order), ``kind`` (see :class:`StageTiming`) and ``steps``."""
+    placeholder order), ``kind`` (see :class:`StageTiming`) and ``steps``.
+
+    An ATen stage (kinds in ``ATEN_KINDS``: the post-grad graphs) is a forward graph
+    (``gm``, ``inputs``) and the graphs run after it in one timed call, ``after`` (the
+    backward graph with its recorded saved activations and tangents): each is called as it
+    is, under ``torch.no_grad``, whatever the mode (AOTAutograd's graphs carry no autograd)."""
 
     label: str
     gm: GraphModule
     inputs: tuple
     kind: str = "pass"
     steps: int = 0
+    after: list[tuple[GraphModule, tuple]] = field(default_factory=list)
+
+    @property
+    def aten(self) -> bool:
+        return self.kind in ATEN_KINDS
+
+    def nodes(self) -> int:
+        """Nodes of every graph of the stage."""
+        return len(self.gm.graph.nodes) + sum(len(g.graph.nodes) for g, _ in self.after)
+
+
+#: the kinds of ATen stages: the captured ATen graphs, after each post-grad pass, after
+#: upstream's post_grad_passes with no Optimus options, and with the equivalent ones
+ATEN_KINDS = ("post-baseline", "post-pass", "post-inductor", "post-upstream")

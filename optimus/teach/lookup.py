@@ -18,10 +18,12 @@ class TeachError(KeyError):
 
 
 def predefined() -> list[str]:
-    """Every shipped pattern's name, in registration order (what ``optimus passes`` lists)."""
+    """Every shipped pre-grad pattern's name, in registration order (what ``optimus passes``
+    lists under the pre-grad graph): the patterns a lesson walks through on a teaching model
+    (the post-grad ATen patterns run on AOTAutograd's graphs, which the lessons do not draw yet)."""
     from optimus_lens.passes import pass_catalogue
 
-    return [c["name"] for c in pass_catalogue()]
+    return [c["name"] for c in pass_catalogue() if c.get("stage", "pre-grad") == "pre-grad"]
 
 
 def teaching_model(pattern_name: str) -> str:
