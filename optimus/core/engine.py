@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from torch.fx import Graph, GraphModule, Node
 
+from optimus_lens.core import aliasing
 from optimus_lens.core import strides as _layout
 from optimus_lens.core import verify as _verify
 from optimus_lens.core.index import GraphIndex
@@ -39,6 +40,7 @@ from optimus_lens.core.search import (
     is_search_root,
     key_classes,
 )
+from optimus_lens.core.stepcheck import StepCheck, UnsafeRewrite
 from optimus_lens.core.trace import Delta, Step, Trace, VerifyResult
 from optimus_lens.core.where import raised_in, source_of
 
@@ -187,6 +189,8 @@ class Engine:
                 capture=capture_info or {},
             )
             self.index = GraphIndex(gm.graph)
+        aliasing.use_positions(gm.graph, self.index.pos)  # effects read program order from the index
+        aliasing.note_inputs(gm.graph, self.inputs)  # inputs that are views of one buffer alias
         self.stages: list[tuple[str, GraphModule]] = []
         self._ref = None
         if self.opts.verify != "off":
@@ -266,7 +270,7 @@ class Engine:
                     else:
                         gen = self._sweep_rewrite(p, cast(RewritePattern, pattern))
                     for step in gen:
-                        changed = changed or step.error is None
+                        changed = True  # a refused step changes keys too: sweep again
                         yield step
                 if not changed:
                     return
@@ -429,14 +433,15 @@ class Engine:
         site_names = [n.name for n in site]
         t0 = time.perf_counter()
         rec = Recording()
-        check = LayoutCheck()
+        check, safe = LayoutCheck(), StepCheck(self.index.pos)
         indexes = IndexListener(self)
-        rw = Rewriter(self.gm.graph, [RecordingListener(rec), check, indexes], level=self.index.level)
+        rw = Rewriter(self.gm.graph, [RecordingListener(rec), check, safe, indexes], level=self.index.level)
         try:
             with rw.guarding(self.gm):
                 do(rw)
             rw.validate()
             check.verify()
+            safe.verify(self.gm.graph, rw.original_args)  # dtype, offsets, outputs, effects
         except Exception as e:  # noqa: BLE001 - any failure of the pattern is rolled back and reported
             rw.rollback()
             return self._failed(p, pattern, site, e, match_s, time.perf_counter() - t0)
@@ -498,6 +503,8 @@ class Engine:
         kind = (
             "layout"
             if isinstance(e, _layout.LayoutError)
+            else "unsafe"
+            if isinstance(e, UnsafeRewrite)
             else "invalid"
             if isinstance(e, InvalidGraph)
             else "direct-mutation"
@@ -517,9 +524,11 @@ class Engine:
         if isinstance(pattern, BatchPattern):
             self._refused.setdefault(pattern.name, set()).update(site)
             state = self._batch.get(pattern)
-            if state is not None:
+            if state is not None:  # the site's keys changed (refused): the roots that see it search again
                 state.cache.forget(site)
-                state.search.forget(site)
+                reach = set(site) | downstream(site, state.cache.__getitem__, state.opts.max_fuse_search_depth)
+                state.search.forget(reach)
+                state.dirty.update(n for n in reach if is_search_root(n) and state.opts.search == "upstream")
         if self.opts.on_error == "stop":
             raise PatternError(p.name, pattern.name, site_names, e) from e
         return step

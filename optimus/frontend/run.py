@@ -272,7 +272,9 @@ def optimize(
     if passes is not None or skip:
         pipe = pipe.only(select_passes(pipe.names(), passes, skip))
     if captured is None:
-        captured = capture(model, tuple(inputs or ()), method=capture_method, graph_index=graph_index, dynamic=dynamic)
+        captured = capture(  # in the mode the run is for: grad on when gradients are verified
+            model, tuple(inputs or ()), method=capture_method, graph_index=graph_index, dynamic=dynamic, grad=grads
+        )
     if on_capture is not None:
         on_capture(captured)
     engine = Engine(
