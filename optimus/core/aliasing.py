@@ -297,6 +297,23 @@ def use_positions(graph: Graph, positions: Mapping[Node, int] | None) -> None:
     ge.tables = None
 
 
+@contextmanager
+def positions_during(graph: Graph, positions: Mapping[Node, int]) -> Iterator[GraphEffects]:
+    """Read program order from ``positions`` (the numbering before a step: a
+    :class:`~optimus_lens.core.stepcheck.StepCheck`'s) while the block runs, where no
+    engine index is registered (:func:`use_positions`); so writes, regions and the step's
+    nodes are numbered alike even though the step changed the list. Yields the analysis."""
+    ge = analysis(graph)
+    if ge.positions is not None:
+        yield ge
+        return
+    ge.positions, ge.tables = positions, None
+    try:
+        yield ge
+    finally:
+        ge.positions, ge.tables = None, None
+
+
 def note_inputs(graph: Graph, inputs: tuple) -> None:
     """Join the alias classes of placeholders whose real example ``inputs`` (in
     placeholder order) share a storage: graph inputs that are views of one buffer."""
@@ -340,11 +357,12 @@ def state_before(graph: Graph, node: Node) -> Iterator[None]:
     in order, a context one of them enters passed on to the node that exits it) and
     undone afterwards (contexts left open exited in reverse order, grad mode restored).
     So a node a rewrite creates inside ``torch.autocast(...)`` gets the example value it
-    computes there (bf16, not fp32). Does nothing in a graph without state changes."""
-    ge = _GRAPHS.get(graph)
-    t = None if ge is None or not any(e.state for e in ge.effectful.values()) else ge.tables or ge.last_tables
-    if t is None and ge is not None and any(e.state for e in ge.effectful.values()):
-        t = ge._tables()
+    computes there (bf16, not fp32). Does nothing in a graph without state changes (reads
+    the graph's analysis, changed nodes only, so costs O(nodes changed) per call)."""
+    ge = analysis(graph)
+    t = None
+    if any(e.state for e in ge.effectful.values()):
+        t = ge.tables or ge.last_tables or ge._tables()
     if t is None or not t.barriers:
         yield
         return

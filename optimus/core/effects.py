@@ -72,6 +72,8 @@ PROBE_MODULES = frozenset(
 )
 #: modules of plain arithmetic on Python numbers and SymInts (sizes computed in the graph)
 NUMBER_MODULES = frozenset({"_operator", "operator", "math", "builtins", "torch"})
+#: modules of functions that, given only numbers, compute a number and touch no state
+ARITHMETIC_MODULES = frozenset({"_operator", "operator", "math"})
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,10 @@ def is_plain(node: Node) -> bool:
     arguments: a C builtin or Tensor method whose ATen overloads of the same name
     (:func:`optimus_lens.core.opschema.named_overloads`) all have no write, no aliased return and no random tag, so
     no probe is ever needed (``torch._C._nn.linear``, ``torch.cat``, ``Tensor.sum``).
+    The ``.out`` overloads (``Tag.out``) are left out: a call with ``out=`` is never plain.
     Memoised per target; the graph-wide analysis reads most nodes this way."""
+    if "out" in node.kwargs:  # the ``.out`` overloads write: read this call from its schema
+        return False
     try:
         key = (node.op, node.target)
         got = _PLAIN.get(key)
@@ -208,6 +213,8 @@ def _plain(node: Node) -> bool:
     if not ops:
         return False
     for op in ops:
+        if torch.Tag.out in op.tags:  # reached only through ``out=``, which is_plain excludes
+            continue
         if torch.Tag.nondeterministic_seeded in op.tags or any(p.writes or p.returned for p in params(op._schema)):
             return False
     return True
@@ -253,6 +260,10 @@ def _resolve(node: Node) -> NodeEffect:
         v = meta.value(node)
         if isinstance(v, NUMBER) and _module(target) in NUMBER_MODULES | PROBE_MODULES:
             return NodeEffect(source="arithmetic on numbers")
+        if _module(target) in ARITHMETIC_MODULES and all(
+            isinstance(meta.value(i), NUMBER) for i in node.all_input_nodes
+        ):
+            return NodeEffect(source="arithmetic on numbers")  # its own example value not recorded
         if v is None or not (isinstance(v, torch.Tensor) or _has_tensor(v)):
             if node.op == "call_method":
                 return NodeEffect(source="method on a non-tensor")

@@ -38,7 +38,7 @@ import torch
 from torch.fx import Node
 
 from optimus_lens.core import aliasing, meta
-from optimus_lens.core.effects import effect, returns_input
+from optimus_lens.core.effects import alias_root, effect, returns_input
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.rewriter import Listener, Rewriter
 from optimus_lens.core.strides import offset_use
@@ -225,6 +225,49 @@ def replacement_miss(old: Node, new: Any) -> Miss | None:
             if ge.epoch(c, start) != ge.epoch(c, ge.pos(u)):
                 w = ge.writers(c)[ge.epoch(c, start)][1]
                 return Miss(f"{w.name} writes {_name(new)}'s storage between {old.name} and its use {u.name}")
+    return snapshot_miss(ge, old, old.all_input_nodes, new, start, ge.pos(new))
+
+
+def _derived_from(n: Node, src: Node, limit: int = 256) -> bool:
+    """Whether ``src`` is ``n`` or an ancestor of it (a bounded walk up the inputs)."""
+    seen, todo = {n}, [n]
+    while todo and len(seen) < limit:
+        m = todo.pop()
+        if m is src:
+            return True
+        for i in m.all_input_nodes:
+            if i not in seen:
+                seen.add(i)
+                todo.append(i)
+    return len(seen) >= limit  # too far to tell: assume it is (the other checks then apply)
+
+
+def snapshot_miss(
+    ge: aliasing.GraphEffects, old: Node, old_inputs: list[Node], new: Node, at_old: Any, at_new: Any
+) -> Miss | None:
+    """A Miss when ``new``, an existing value computed independently of ``old`` (not an
+    ancestor of it), would replace ``old`` although a write to storage that either
+    computation reads lies between them: the two read it in different states (``b =
+    x.clone()`` after ``x.add_(1)`` is not ``a = x.clone()`` before it). ``at_old`` and
+    ``at_new`` are their positions in program order; ``old_inputs`` are ``old``'s inputs
+    (recorded before an erase). A ``new`` that is a graph input or an alias of one reads
+    memory at its use, not at its definition: the writes between ``old`` and its uses
+    decide (:func:`replacement_miss`, :class:`StepCheck`)."""
+    if ge.quiet:
+        return None
+    root = alias_root(new)
+    if root.op in ("placeholder", "get_attr"):
+        return None
+    classes = {c for i in old_inputs for c in ge.written_classes(i)}
+    classes |= {c for i in root.all_input_nodes for c in ge.written_classes(i)}
+    lo, hi = sorted((at_new, at_old))
+    for c in classes:
+        between = [w for p, w in ge.writers(c) if lo < p < hi]
+        if between and not _derived_from(old, new):
+            return Miss(
+                f"{between[0].name} writes storage that {old.name} and {new.name} read, between them "
+                f"(they read it in different states)"
+            )
     return None
 
 
@@ -333,10 +376,10 @@ class StepCheck(Listener):
             miss = outputs_miss(graph, before, out.args)
             if miss:
                 raise UnsafeRewrite(str(miss))
-        ge = aliasing.analysis(graph)
-        if ge.quiet and not self.erased_effectful:
-            return
-        self._effects(ge)
+        with aliasing.positions_during(graph, self.positions) as ge:  # one numbering: before the step
+            if ge.quiet and not self.erased_effectful:
+                return
+            self._effects(ge)
 
     def _effects(self, ge: aliasing.GraphEffects) -> None:
         pos = self.positions
@@ -394,6 +437,11 @@ class StepCheck(Listener):
                 raise UnsafeRewrite(
                     f"{new.name} comes from another grad-mode or autocast region than {old.name}, which it would replace"
                 )
+            if new not in place and old in pos:  # an existing value: computed in the same state?
+                ins = self.erased_inputs.get(old, []) if old._erased else old.all_input_nodes
+                miss = snapshot_miss(ge, old, ins, new, pos[old], pos[new])
+                if miss:
+                    raise UnsafeRewrite(str(miss))
             fresh = self._fresh(new)  # a new allocation of this step: the old one's writers may write it
             movers = set(users) if fresh else set()
             classes = ge.written_classes(new) | ge.written_classes(old)
