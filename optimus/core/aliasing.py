@@ -238,12 +238,23 @@ class _Tables:
             self.parent[rb] = ra
 
 
+_ATOMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> (example value, atoms)
+
+
 def _atoms(n: Any) -> set:
-    """The storage keys of a node's example value; the node itself when it has none."""
+    """The storage keys of a node's example value; the node itself when it has none.
+    Memoised per node while its example value stays the same object (an ``unbind`` of 128
+    pieces is read once, not at every query). The caller must not change the set."""
     if not isinstance(n, Node):
         return set()
-    ks = storages(meta.value(n))
-    return ks if ks else {("node", n)}
+    v = meta.value(n)
+    hit = _ATOMS.get(n)
+    if hit is not None and hit[0] is v:
+        return hit[1]
+    ks = storages(v)
+    got = ks if ks else {("node", n)}
+    _ATOMS[n] = (v, got)
+    return got
 
 
 def _classify(n: Node) -> tuple[NodeEffect, bool]:
