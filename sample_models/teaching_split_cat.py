@@ -173,14 +173,17 @@ class TeachSplitStack(nn.Module):
     * ``b = stack([*unbind(y, 0)[:11], w], dim=2)``: 11 consecutive unbind pieces (>= 10)
       and one other tensor: ``cat([movedim(y[:11], 0, 2), stack([w], 2)], 2)``.
 
-    Inputs ``x (8, 48)``, ``y (12, 8, 4)``, ``w (8, 4)`` -> ``(a (8, 12, 4), b (8, 4, 12))``.
+    Both results are read by the next op (as inside a model): returned as they are, the
+    view of ``x`` would be the graph's output, sharing the caller's input memory.
+
+    Inputs ``x (8, 48)``, ``y (12, 8, 4)``, ``w (8, 4)`` -> ``(2 a (8, 12, 4), b (8, 4, 12))``.
     """
 
     def forward(self, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor):
         a = torch.stack(torch.split(x, 4, dim=1), dim=1)
         u = torch.unbind(y, 0)
         b = torch.stack([*u[:11], w], dim=2)
-        return a, b + u[11].unsqueeze(-1)
+        return 2 * a, b + u[11].unsqueeze(-1)
 
 
 @register(
@@ -201,14 +204,14 @@ def build_teach_split_stack():
 
 
 class TeachReshapeSplitStack(nn.Module):
-    """``stack([p.reshape(8, 2, 2) for p in split(x, 4, 1)], dim=1)``: 12 reshapes become one
-    reshape of the whole input.
+    """``2 * stack([p.reshape(8, 2, 2) for p in split(x, 4, 1)], dim=1)``: 12 reshapes become
+    one reshape of the whole input (read by the product, so no output shares ``x``'s memory).
 
     Input ``x (8, 48)`` -> output ``(8, 12, 2, 2)``.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.stack([p.reshape(BATCH, 2, 2) for p in torch.split(x, 4, dim=1)], dim=1)
+        return 2 * torch.stack([p.reshape(BATCH, 2, 2) for p in torch.split(x, 4, dim=1)], dim=1)
 
 
 @register(

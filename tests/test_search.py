@@ -44,13 +44,19 @@ from optimus_lens.core.search import (
     key_classes,
     member_depths,
 )
+from optimus_lens.core.stepcheck import StepCheck, UnsafeRewrite
 from optimus_lens.frontend.capture import capture
 from optimus_lens.passes import default_pipeline
 
 # --------------------------------------------------------------------------- reference
 
 
+REFUSED: dict[str, set] = {}  # pattern name -> nodes where the step check refused its step (as the engine's)
+
+
 def _key(pattern, n):
+    if n in REFUSED.get(pattern.name, ()):
+        return None
     k = pattern.key(n)
     return None if k is None or isinstance(k, Miss) else k
 
@@ -137,12 +143,23 @@ def reference_run(
     step. ``sweeps``, if given, receives the sweep number (0 = first) of every step."""
     graph, steps = gm.graph, []
     sweep = 0
+    REFUSED.clear()
 
-    def apply(p, pattern, site, do):
+    def apply(p, pattern, site, do, anchor=None):
+        """``do(rw)`` with the engine's step check: a step it refuses is rolled back,
+        recorded, and its pattern left out at the site (the anchor of a rewrite)."""
         names = tuple(n.name for n in site)
+        safe = StepCheck({n: i for i, n in enumerate(graph.nodes)})
+        rw = Rewriter(graph, [safe])
         with recording(gm) as rec:
-            do()
-        ref_repair(graph, [*rec.created_alive(), *(r for r in rec.rewired if not r._erased)])
+            do(rw)
+        try:
+            safe.verify(graph, rw.original_args)
+        except UnsafeRewrite:
+            rw.rollback()
+            REFUSED.setdefault(pattern.name, set()).update([anchor] if anchor is not None else site)
+        else:
+            ref_repair(graph, [*rec.created_alive(), *(r for r in rec.rewired if not r._erased)])
         steps.append((p.name, pattern.name, names))
         if sweeps is not None:
             sweeps.append(sweep)
@@ -159,18 +176,18 @@ def reference_run(
                             if len(nodes) < opts.min_fuse_set_size:
                                 continue
                             for subset in ref_greedy(nodes, opts):
-                                apply(p, pattern, subset, functools.partial(pattern.fuse, Rewriter(graph), subset))
+                                apply(p, pattern, subset, lambda rw, s=subset, q=pattern: q.fuse(rw, s))
                         node = node.prev
                 else:
                     for node in reversed(list(graph.nodes)):
-                        if node._erased:
+                        if node._erased or node in REFUSED.get(pattern.name, ()):
                             continue
                         t = node.target if node.op in ("call_function", "call_method") else None
                         if pattern.anchors and t not in pattern.anchors:
                             continue
                         m = pattern.match(node)
                         if m is not None and not isinstance(m, Miss):
-                            apply(p, pattern, m.nodes, functools.partial(pattern.rewrite, Rewriter(graph), m))
+                            apply(p, pattern, m.nodes, lambda rw, m=m, q=pattern: q.rewrite(rw, m), node)
             if len(steps) == before:
                 break
     return steps
@@ -772,11 +789,11 @@ def test_the_collector_is_paused_only_while_the_engine_works_and_restored_after_
 # --------------------------------------------------------------------------- memo while keying
 
 
-def test_is_written_memo_answers_like_the_walk_and_is_dropped_when_the_block_ends():
+def test_is_written_is_answered_from_a_cached_analysis_that_follows_every_change():
     from torch.fx import symbolic_trace
 
-    from optimus_lens.core.effects import is_written
-    from optimus_lens.core.memo import graph_unchanged, unchanged_memo
+    from optimus_lens.core import aliasing
+    from optimus_lens.core.aliasing import is_written
 
     class M(torch.nn.Module):
         def forward(self, x):
@@ -790,13 +807,10 @@ def test_is_written_memo_answers_like_the_walk_and_is_dropped_when_the_block_end
     plain = {n: is_written(n) for n in nodes}
     assert plain[next(n for n in nodes if n.op == "placeholder")]
     assert not plain[next(n for n in nodes if n.target is torch.relu)]
-    with graph_unchanged():
-        assert {n: is_written(n) for n in nodes} == plain
-        assert unchanged_memo("is_written")  # answers were memoised per alias root
-        with graph_unchanged():  # a nested block shares the outer tables
-            assert unchanged_memo("is_written")
-    assert unchanged_memo("is_written") is None
+    version = aliasing.analysis(g).version
+    assert {n: is_written(n) for n in nodes} == plain
+    assert aliasing.analysis(g).version == version  # nothing changed: the same tables answer
     relu = next(n for n in nodes if n.target is torch.relu)
     with g.inserting_after(relu):
-        g.call_method("mul_", (relu, 2))
-    assert is_written(relu)  # the graph changed after the block: not a stale memo answer
+        g.call_method("mul_", (relu, 2))  # a change made around the Rewriter: the node count differs
+    assert is_written(relu)  # not a stale answer

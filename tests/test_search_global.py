@@ -87,7 +87,9 @@ def assert_nothing_left_to_fuse(gm: GraphModule, pipeline: Pipeline) -> int:
             if not isinstance(pattern, BatchPattern):
                 continue
             opts = p.options or pattern.options
+            refused = {n.name for n in eng._refused.get(pattern.name, ())}  # the step check refused their step
             for k, members in key_classes(stages[p.name], pattern).items():
+                members = [n for n in members if n.name not in refused]
                 if opts.profitable_only and width(members) == len(members) >= opts.min_fuse_set_size:
                     # left on purpose: the profit estimate refuses the group
                     est = group_estimate(stages[p.name], pattern.fuse, list(members))

@@ -1,256 +1,358 @@
-"""Op effects: which FX nodes write into their inputs, which return a view of (alias) their
-first input, and whether anything writes into a value's storage.
+"""Op effects, read from the ops themselves: for every FX node, which of its inputs it
+writes, which it may return as an alias (a view, or the input itself), whether it changes
+global state (grad mode, autocast, inference mode) and whether it draws random numbers.
 
-The one place that answers these questions for the whole package: the layout rules
-(:mod:`optimus_lens.core.strides`), the match language's refusal of in-place sites
-(:mod:`optimus_lens.core.lang`), verification (:mod:`optimus_lens.core.verify`), the
-catalogue's fusions and the memory estimate all ask here. Each public function takes a
-node and returns the answer; today the answers come from the tables below (operator
-names and spellings), so a table can later give way to the op's schema without its
-callers changing. ATen ops (``OpOverload`` targets, the post-grad graphs) are answered from
-their schemas (:func:`aten_effect`).
+One analysis answers for the whole package (:func:`effect`, node in,
+:class:`NodeEffect` out); the graph-wide questions built on it (alias classes, write
+epochs, regions) are in :mod:`optimus_lens.core.aliasing`. No answer comes from an op's
+name. The sources, in order:
+
+* **an ATen overload** (``torch.ops.aten.mul_.Tensor``, a custom op made with
+  ``torch.library.custom_op(..., mutates_args=...)``, whose declared mutations are alias
+  annotations of its schema): the ``torch._C.FunctionSchema`` of the overload, the
+  arguments bound to the call: ``Tensor(a!)`` is written, ``Tensor(a)`` is returned as an
+  alias (its alias set is in a return's), ``Tag.nondeterministic_seeded`` draws random
+  numbers. An ``OpOverloadPacket`` is read over every overload the call's arguments fit
+  (conservatively over all of them when none does).
+* **a torch-level function or Tensor method** (``F.relu(x, inplace=True)``,
+  ``x.add_(1)``, ``torch.atleast_2d``, ``x.contiguous()``, ``operator.setitem``,
+  ``operator.iadd``): resolved to the ATen overloads it runs by running it once on fresh
+  FakeTensors shaped like the node's example inputs under a dispatch recorder
+  (:func:`optimus_lens.core.opschema.probe`; one run per target and argument signature): the recorded overloads'
+  schemas say what is written (mapped back to the inputs by storage), and a result that
+  shares an input's storage is an alias (the input itself: :attr:`NodeEffect.identity`,
+  e.g. eval-mode dropout, ``contiguous`` of a contiguous tensor). The schemas of the
+  ATen ops of the same name (the JIT's builtin table for functions, ``torch.ops.aten.<m>``
+  for methods) are added where they exist, so ``contiguous``/``to`` count as aliases even
+  where this example copies.
+* **the example values**: a node whose ``example_value`` shares an input's storage is an
+  alias of it (``type_as``/``to`` of the same dtype, ``atleast_2d`` of a 2-D tensor).
+* **getattr** of a Tensor attribute that is a tensor (``T``, ``mT``, ``H``, ``mH``,
+  ``real``, ``imag``, ``data``): an alias of the tensor. ``getitem``: an alias of what it
+  indexes.
+* a call with no tensor inputs whose result is not a number (``torch._C._set_grad_enabled``,
+  ``_enter_autocast`` / ``_exit_autocast``, ``_enter_inference_mode``): changes global
+  state, a region boundary. Arithmetic on sizes (``operator.mul`` of SymInts) is pure.
+* anything else (a Python callable outside torch, a higher-order op, a probe that
+  raised): unknown, so it may write and alias every tensor it receives and change state.
 """
 
 from __future__ import annotations
 
-import inspect
 import operator
+import types
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.fx import Node
 
-from optimus_lens.core.memo import unchanged_memo
+from optimus_lens.core import meta
+from optimus_lens.core.meta import storages
+from optimus_lens.core.opschema import NUMBER, bind, loose, named_overloads, overloads, params, probe
 
-MUTATING_OPERATORS = {
-    operator.iadd,
-    operator.isub,
-    operator.imul,
-    operator.itruediv,
-    operator.ifloordiv,
-    operator.imod,
-    operator.ipow,
-    operator.iand,
-    operator.ior,
-    operator.ixor,
-    operator.ilshift,
-    operator.irshift,
-    operator.setitem,
-}
-
-# ops that always return a view of their first input: they allocate nothing
-# (optimus_lens.perf.memory's liveness estimate) and a write into one is seen in the other
-PURE_VIEW_FUNCTIONS = {
-    operator.getitem,
-    torch.reshape,
-    torch.transpose,
-    torch.permute,
-    torch.unsqueeze,
-    torch.squeeze,
-    torch.narrow,
-    torch.select,
-    torch.flatten,
-    torch.unflatten,
-    torch.unbind,
-    torch.split,
-    torch.functional.split,
-    torch.chunk,
-    torch.detach,
-    torch.movedim,
-    torch.t,
-    torch.diagonal,
-    torch.as_strided,
-    torch.swapaxes,
-    torch.swapdims,
-    torch.tensor_split,
-    torch.real,
-    torch.Tensor.view,
-}
-PURE_VIEW_METHODS = {
-    "view",
-    "view_as",
-    "reshape",
-    "reshape_as",
-    "transpose",
-    "permute",
-    "t",
-    "unsqueeze",
-    "squeeze",
-    "expand",
-    "expand_as",
-    "narrow",
-    "select",
-    "flatten",
-    "unflatten",
-    "unbind",
-    "split",
-    "chunk",
-    "detach",
-    "movedim",
-    "diagonal",
-    "as_strided",
-    "unfold",
-    "swapaxes",
-    "swapdims",
-    "tensor_split",
-    "__getitem__",
-}
-# ops whose output may share storage with their first input: the pure views, plus ops that
-# return their input itself when there is nothing to do (``contiguous`` on a contiguous
-# tensor, ``to``/``float`` to its own dtype, eval-mode dropout)
-VIEW_FUNCTIONS = PURE_VIEW_FUNCTIONS | {F.dropout}
-VIEW_METHODS = PURE_VIEW_METHODS | {"contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16"}
+#: modules whose functions may be run on FakeTensors to see what they dispatch (no global state)
+PROBE_MODULES = frozenset(
+    {
+        "torch",
+        "torch.functional",
+        "torch.nn.functional",
+        "torch._C._nn",
+        "torch._C._linalg",
+        "torch._C._fft",
+        "torch._C._special",
+        "torch._C._VariableFunctions",
+        "torch.linalg",
+        "torch.fft",
+        "torch.special",
+        "_operator",
+        "operator",
+    }
+)
+#: modules of plain arithmetic on Python numbers and SymInts (sizes computed in the graph)
+NUMBER_MODULES = frozenset({"_operator", "operator", "math", "builtins", "torch"})
+#: modules of functions that, given only numbers, compute a number and touch no state
+ARITHMETIC_MODULES = frozenset({"_operator", "operator", "math"})
 
 
-_ATEN_EFFECT: dict[Any, tuple[bool, bool, bool]] = {}
+@dataclass(frozen=True)
+class NodeEffect:
+    """What one FX node does besides computing its value.
+
+    ``writes``: the input nodes whose storage it writes (in place, ``out=``, a custom op's
+    ``mutates_args``); ``aliases``: the input nodes whose storage its result may share;
+    ``identity``: the input its result is, itself (eager mode returns it: eval-mode
+    dropout, ``contiguous`` of a contiguous tensor), else None; ``state``: it changes
+    global state every op reads (grad mode, autocast, inference mode), or is unknown;
+    ``rng``: it draws from the random generator; ``source``: where the answer comes from."""
+
+    writes: tuple[Node, ...] = ()
+    aliases: tuple[Node, ...] = ()
+    identity: Node | None = None
+    state: bool = False
+    rng: bool = False
+    source: str = ""
+
+    @property
+    def effectful(self) -> bool:
+        """Whether the node writes, changes state or draws random numbers (its place in
+        the program matters beyond its data edges)."""
+        return bool(self.writes) or self.state or self.rng
 
 
-def aten_effect(target: Any) -> tuple[bool, bool, bool] | None:
-    """For an ATen ``OpOverload``: (writes an argument, returns an alias of its first
-    argument, always a view), read from its schema (an argument annotated ``Tensor(a!)``
-    is written; a return annotated ``Tensor(a)`` like the first argument aliases it, so
-    does a list returned from a ``Tensor(a -> *)`` first argument (split, unbind), and
-    it always does unless the op is ``CompositeImplicitAutograd``, as ``reshape`` and
-    ``contiguous`` are, which copy when they cannot view). None for any other target."""
-    if not isinstance(target, torch._ops.OpOverload):
-        return None
-    hit = _ATEN_EFFECT.get(target)
-    if hit is None:
-        schema = target._schema
-        writes = schema.is_mutable
-        first = schema.arguments[0].alias_info if schema.arguments else None
-        ret = schema.returns[0].alias_info if schema.returns else None
-        # ``Tensor(a -> *)``: the argument's storage goes into the returned list (split, unbind)
-        aliases = (
-            first is not None
-            and not first.is_write
-            and (
-                (ret is not None and not ret.is_write and bool(set(first.before_set) & set(ret.before_set)))
-                or "*" in first.after_set
-            )
-        )
-        composite = torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
-        hit = _ATEN_EFFECT[target] = (writes, aliases, aliases and not composite)
-    return hit
+PURE = NodeEffect(source="no effect")
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> (check, NodeEffect)
 
 
-def _calls(node: Any, functions: set, methods: set) -> bool:
-    """True for a call_function node whose target is in ``functions`` or a call_method
-    node whose method name is in ``methods``."""
-    if not isinstance(node, Node):
-        return False
-    if node.op == "call_function":
-        return node.target in functions
-    if node.op == "call_method":
-        return node.target in methods
-    return False
-
-
-def is_mutating(node: Node) -> bool:
-    """True when ``node`` writes into one of its inputs: an in-place method or function
-    (name ends in ``_``, e.g. ``add_``, ``relu_``), ``operator.i*``/``setitem``, or an
-    ``inplace=True`` / ``out=`` keyword. An ``inplace`` passed by position is not seen
-    (:func:`writes_inputs` sees it)."""
-    if node.kwargs.get("inplace") is True or "out" in node.kwargs:
-        return True
-    aten = aten_effect(node.target) if node.op == "call_function" else None
-    if aten is not None:
-        return aten[0]
-    if node.op == "call_method":
-        return node.target.endswith("_") and not node.target.endswith("__")
-    if node.op == "call_function":
-        if node.target in MUTATING_OPERATORS:
-            return True
-        name = getattr(node.target, "__name__", "")
-        return name.endswith("_") and not name.endswith("__")
-    return False
-
-
-_INPLACE_INDEX: dict[Any, int | None] = {}
-
-
-def _inplace_index(fn: Any) -> int | None:
-    """Position of an ``inplace`` parameter in ``fn``'s Python signature (F.relu: 1,
-    F.dropout: 3), or None when it has none or no inspectable signature."""
-    if fn not in _INPLACE_INDEX:
-        try:
-            ps = list(inspect.signature(fn).parameters)
-            _INPLACE_INDEX[fn] = ps.index("inplace") if "inplace" in ps else None
-        except (TypeError, ValueError):
-            _INPLACE_INDEX[fn] = None
-    return _INPLACE_INDEX[fn]
+def effect(node: Node) -> NodeEffect:
+    """The :class:`NodeEffect` of ``node`` (see the module docstring for the sources).
+    Memoised per node while its target, arguments and example value stay the same
+    objects (a rewrite that changes them is answered afresh). Never raises: what cannot be
+    read is the unknown, conservative answer."""
+    check = (node.target, node.args, node.kwargs, node.meta.get("example_value", node.meta.get("val")))
+    hit = _CACHE.get(node)
+    if hit is not None and all(a is b for a, b in zip(hit[0], check)):
+        return hit[1]
+    try:
+        got = _resolve(node)
+    except Exception as e:  # noqa: BLE001 - an op we cannot read is unknown, not an error
+        got = _unknown(node, f"cannot read its effects ({type(e).__name__})")
+    _CACHE[node] = (check, got)
+    return got
 
 
 def writes_inputs(node: Node) -> bool:
-    """True when ``node`` writes into one of its inputs: :func:`is_mutating`, plus
-    ``inplace`` passed by position (``F.relu(x, True)``, ``F.dropout(x, 0.1, False, True)``)."""
-    if is_mutating(node):
-        return True
-    if node.op == "call_function":
-        i = _inplace_index(node.target)
-        return i is not None and len(node.args) > i and node.args[i] is True
-    return False
+    """True when ``node`` writes into the storage of one of its inputs (:func:`effect`)."""
+    return bool(effect(node).writes)
 
 
-def is_pure_view(node: Node) -> bool:
-    """True when ``node`` always returns a view of its first input (``PURE_VIEW_FUNCTIONS``,
-    ``PURE_VIEW_METHODS``; an ATen op by its schema, :func:`aten_effect`): it allocates no
-    storage of its own."""
-    aten = aten_effect(node.target) if isinstance(node, Node) and node.op == "call_function" else None
-    if aten is not None:
-        return aten[2]
-    return _calls(node, PURE_VIEW_FUNCTIONS, PURE_VIEW_METHODS)
+is_mutating = writes_inputs
+
+
+def written_inputs(node: Node) -> tuple[Node, ...]:
+    """The input nodes whose storage ``node`` writes."""
+    return effect(node).writes
 
 
 def is_view(node: Node) -> bool:
-    """True when ``node`` may return a view of (alias) its first input: reshape/transpose/
-    getitem/split/detach/contiguous/``to``, eval-mode dropout and friends (``VIEW_FUNCTIONS``,
-    ``VIEW_METHODS``; an ATen op by its schema, :func:`aten_effect`)."""
-    aten = aten_effect(node.target) if isinstance(node, Node) and node.op == "call_function" else None
-    if aten is not None:
-        return aten[1]
-    return _calls(node, VIEW_FUNCTIONS, VIEW_METHODS)
+    """True when ``node``'s result may share storage with one of its inputs (a view, or
+    the input itself)."""
+    return bool(effect(node).aliases) if isinstance(node, Node) else False
+
+
+def is_pure_view(node: Node) -> bool:
+    """True when ``node``'s result, every tensor of it, shares the storage of its first
+    input on the example values (or is that input itself): it allocates nothing
+    (:mod:`optimus_lens.perf.memory`'s liveness estimate)."""
+    if not isinstance(node, Node) or node.op not in ("call_function", "call_method") or not node.all_input_nodes:
+        return False
+    first = node.all_input_nodes[0]
+    if effect(node).identity is first:
+        return True
+    mine, theirs = storages(meta.value(node)), storages(meta.value(first))
+    return bool(mine) and mine <= theirs
+
+
+def returns_input(node: Node) -> Node | None:
+    """The input node that ``node`` returns itself in eager mode (eval-mode ``F.dropout``,
+    ``contiguous`` of a contiguous tensor, ``to`` its own dtype), else None; its example
+    value may be a fresh FakeTensor all the same (Dynamo's is, for dropout)."""
+    return effect(node).identity if isinstance(node, Node) else None
 
 
 def alias_root(node: Node) -> Node:
-    """Follow view ops up from ``node`` to the node that owns its storage (the first input
-    of a chain of views)."""
-    while is_view(node) and node.args and isinstance(node.args[0], Node):
-        node = node.args[0]
+    """Follow alias edges up from ``node`` (its first aliased input, repeatedly) to the
+    node that owns its storage."""
+    seen = set()
+    while isinstance(node, Node) and node not in seen:
+        seen.add(node)
+        al = effect(node).aliases
+        if not al:
+            break
+        node = al[0]
     return node
 
 
-def is_written(node: Node) -> bool:
-    """True when some node writes in place into ``node``'s storage: into the node's alias
-    root or any view reached from it through view ops (``y.view(...).add_(1)``, ``x.relu_()``
-    on a split piece of ``x``'s base, ``F.relu(v, True)``). Conservative: a writer that
-    merely reads the tensor as a non-destination argument also counts. O(views of the
-    alias root and their users); memoised per alias root inside
-    :func:`optimus_lens.core.memo.graph_unchanged` (keying every node of a graph whose T
-    tower inputs are views of one tensor then walks that tensor's T views once, not T times)."""
-    root = alias_root(node)
-    memo = unchanged_memo("is_written")
-    if memo is not None:
-        hit = memo.get(root)
-        if hit is None:
-            hit = memo[root] = _view_closure_written(root)
-        return hit
-    return _view_closure_written(root)
+def has_side_effects(node: Node) -> bool:
+    """True when ``node`` writes, changes global state or draws random numbers."""
+    return effect(node).effectful
 
 
-def _view_closure_written(root: Node) -> bool:
-    """Whether a user of ``root`` or of a view reached from it through view ops writes in place."""
-    seen = set()
-    work = [root]
-    while work:
-        n = work.pop()
-        if n in seen:
+_PLAIN: dict = {}  # (op, target) -> whether every call of it is pure and alias-free
+
+
+def is_plain(node: Node) -> bool:
+    """Whether every call of ``node``'s target is pure and returns no alias, whatever its
+    arguments: a C builtin or Tensor method whose ATen overloads of the same name
+    (:func:`optimus_lens.core.opschema.named_overloads`) all have no write, no aliased return and no random tag, so
+    no probe is ever needed (``torch._C._nn.linear``, ``torch.cat``, ``Tensor.sum``).
+    The ``.out`` overloads (``Tag.out``) are left out: a call with ``out=`` is never plain.
+    Memoised per target; the graph-wide analysis reads most nodes this way."""
+    if "out" in node.kwargs:  # the ``.out`` overloads write: read this call from its schema
+        return False
+    try:
+        key = (node.op, node.target)
+        got = _PLAIN.get(key)
+    except TypeError:  # an unhashable target
+        return False
+    if got is None:
+        got = _PLAIN[key] = _plain(node)
+    return got
+
+
+def _plain(node: Node) -> bool:
+    t = node.target
+    if node.op not in ("call_function", "call_method") or t is operator.getitem or t is getattr:
+        return False
+    if isinstance(t, (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)):
+        return False
+    if isinstance(t, types.FunctionType) or node.op == "call_function" and _module(t) not in PROBE_MODULES:
+        return False
+    ops = named_overloads(node)
+    if not ops:
+        return False
+    for op in ops:
+        if torch.Tag.out in op.tags:  # reached only through ``out=``, which is_plain excludes
             continue
-        seen.add(n)
-        for u in n.users:
-            if writes_inputs(u):
-                return True
-            if is_view(u) and u.args and u.args[0] is n:
-                work.append(u)
-    return False
+        if torch.Tag.nondeterministic_seeded in op.tags or any(p.writes or p.returned for p in params(op._schema)):
+            return False
+    return True
+
+
+# ----------------------------------------------------------------------------- resolution
+
+
+def _tensor_inputs(node: Node) -> list[Node]:
+    return [i for i in node.all_input_nodes if _has_tensor(meta.value(i))]
+
+
+def _has_tensor(v: Any) -> bool:
+    if isinstance(v, torch.Tensor):
+        return True
+    return isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v)
+
+
+def _unknown(node: Node, why: str) -> NodeEffect:
+    ins = tuple(_tensor_inputs(node)) or tuple(node.all_input_nodes)
+    return NodeEffect(writes=ins, aliases=ins, state=True, source=why)
+
+
+def _resolve(node: Node) -> NodeEffect:
+    if node.op not in ("call_function", "call_method"):
+        return PURE
+    target = node.target
+    if node.op == "call_function" and target is operator.getitem:
+        src = node.args[0] if node.args and isinstance(node.args[0], Node) else None
+        return NodeEffect(aliases=(src,) if src is not None else (), source="getitem: a view of what it indexes")
+    if node.op == "call_function" and target is getattr:
+        src = node.args[0] if node.args and isinstance(node.args[0], Node) else None
+        if src is not None and isinstance(meta.value(node), torch.Tensor):
+            return NodeEffect(aliases=(src,), source=f"Tensor attribute {node.args[1]!r}: an alias")
+        return NodeEffect(source="attribute read")
+    if isinstance(target, torch._ops.OpOverload):
+        return _with_storage_aliases(node, _schema_effect(node, [target], str(target)))
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return _with_storage_aliases(node, _schema_effect(node, overloads(target), str(target)))
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return _unknown(node, f"higher-order op {target}: unknown effects")
+    if not _tensor_inputs(node) and all(meta.value(i) is not None for i in node.all_input_nodes):
+        v = meta.value(node)
+        if isinstance(v, NUMBER) and _module(target) in NUMBER_MODULES | PROBE_MODULES:
+            return NodeEffect(source="arithmetic on numbers")
+        if _module(target) in ARITHMETIC_MODULES and all(
+            isinstance(meta.value(i), NUMBER) for i in node.all_input_nodes
+        ):
+            return NodeEffect(source="arithmetic on numbers")  # its own example value not recorded
+        if v is None or not (isinstance(v, torch.Tensor) or _has_tensor(v)):
+            if node.op == "call_method":
+                return NodeEffect(source="method on a non-tensor")
+            return NodeEffect(state=True, source=f"{_name(target)}: no tensor in, no tensor out: global state")
+    named = named_overloads(node)
+    got = None
+    if (not named or isinstance(target, types.FunctionType)) and (
+        node.op == "call_method" or _module(target) in PROBE_MODULES
+    ):
+        got = _from_probe(probe(node))  # a Python function (F.relu(x, inplace=True)), operator.setitem, x.float()
+    if got is None and not named:
+        return _unknown(node, f"{_name(target)}: not an ATen op, effects unknown")
+    eff = _merge(got, _schema_effect(node, named, _name(target)) if named else None)
+    return _with_storage_aliases(node, eff)
+
+
+def _module(target: Any) -> str:
+    return getattr(target, "__module__", None) or ""
+
+
+def _name(target: Any) -> str:
+    return target if isinstance(target, str) else getattr(target, "__qualname__", None) or str(target)
+
+
+def _from_probe(p: Any) -> NodeEffect | None:
+    if p is None:
+        return None
+    return NodeEffect(
+        p.writes, p.aliases, p.identity, False, p.rng, f"runs {', '.join(dict.fromkeys(p.ops)) or 'no ATen op'}"
+    )
+
+
+def _merge(a: NodeEffect | None, b: NodeEffect | None) -> NodeEffect:
+    if a is None:
+        return b or PURE
+    if b is None:
+        return a
+    return NodeEffect(
+        writes=tuple(dict.fromkeys(a.writes + b.writes)),
+        aliases=tuple(dict.fromkeys(a.aliases + b.aliases)),
+        identity=a.identity or b.identity,
+        state=a.state or b.state,
+        rng=a.rng or b.rng,
+        source=f"{a.source}; {b.source}",
+    )
+
+
+def _with_storage_aliases(node: Node, eff: NodeEffect) -> NodeEffect:
+    """``eff`` plus every input whose example storage the node's example value shares."""
+    mine = storages(meta.value(node))
+    if not mine:
+        return eff
+    extra = tuple(i for i in node.all_input_nodes if i not in eff.aliases and storages(meta.value(i)) & mine)
+    if not extra:
+        return eff
+    return NodeEffect(eff.writes, eff.aliases + extra, eff.identity, eff.state, eff.rng, eff.source)
+
+
+# ----------------------------------------------------------------------------- schemas
+
+
+def _nodes_in(v: Any) -> list[Node]:
+    out: list[Node] = []
+    torch.fx.node.map_arg(v, out.append)
+    return out
+
+
+def _schema_effect(node: Node, ops: list, what: str) -> NodeEffect:
+    """The effects of calling one of the overloads ``ops`` with ``node``'s arguments, read
+    from their schemas' alias annotations and tags: the union over the overloads the call
+    fits, or over all of them (by position and name) when it fits none."""
+    args = tuple(node.args)
+    kwargs = dict(node.kwargs)
+    bound = [(op, b) for op in ops if (b := bind(op._schema, args, kwargs)) is not None]
+    if not bound:
+        bound = [(op, loose(op._schema, args, kwargs)) for op in ops]
+    writes: dict[Node, None] = {}
+    aliases: dict[Node, None] = {}
+    rng = False
+    for op, b in bound:
+        ps = params(op._schema)
+        for i, v in b.items():
+            p = ps[i]
+            if not (p.writes or p.returned):
+                continue
+            ns = _nodes_in(v)
+            if p.writes:
+                writes.update(dict.fromkeys(ns))
+            if p.returned:
+                aliases.update(dict.fromkeys(ns))
+        rng = rng or torch.Tag.nondeterministic_seeded in op.tags
+    return NodeEffect(writes=tuple(writes), aliases=tuple(aliases), rng=rng, source=f"schema of {what}")

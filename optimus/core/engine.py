@@ -21,8 +21,10 @@ from typing import Any, cast
 
 from torch.fx import Graph, GraphModule, Node
 
+from optimus_lens.core import aliasing
 from optimus_lens.core import strides as _layout
 from optimus_lens.core import verify as _verify
+from optimus_lens.core.graphcopy import copy_graph, copy_graph_module  # noqa: F401 - published here too
 from optimus_lens.core.index import GraphIndex
 from optimus_lens.core.memo import graph_unchanged
 from optimus_lens.core.miss import Miss
@@ -39,6 +41,7 @@ from optimus_lens.core.search import (
     is_search_root,
     key_classes,
 )
+from optimus_lens.core.stepcheck import StepCheck, UnsafeRewrite
 from optimus_lens.core.trace import PRE_GRAD, Delta, Step, Trace, VerifyResult
 from optimus_lens.core.where import raised_in, source_of
 
@@ -80,43 +83,6 @@ class RunOptions:
             raise ValueError(f"verify must be one of {VERIFY_MODES}, not {self.verify!r}")
         if self.on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, not {self.on_error!r}")
-
-
-def copy_graph(graph: Graph, env: dict[Node, Node] | None = None) -> Graph:
-    """A copy of ``graph`` (node meta copied shallowly, so FakeTensors are shared, not
-    cloned), its output node (and its meta) included; ``env``, if given, receives original node -> copy.
-    O(nodes). The copy's name space is the original's (every name ever used, the last
-    number per base name), so a node created in the copy gets the name it would get in
-    the original: a dry run names nodes as the run it repeats (``optimus why --step``
-    asks about the trace's ``getitem_16``)."""
-    g = Graph()
-    g._codegen = graph._codegen
-    env = {} if env is None else env
-    rv, out = g.graph_copy(graph, env, return_output_node=True)  # type: ignore[misc]
-    g.output(rv, type_expr=getattr(out, "type", None)).meta = dict(out.meta if isinstance(out, Node) else {})
-    for old, new in env.items():  # Dynamo's source of each input, which AOTAutograd reads
-        if old.op == "placeholder" and hasattr(old, "_dynamo_source"):
-            new._dynamo_source = old._dynamo_source
-    ns, src = g._graph_namespace, graph._graph_namespace
-    ns._used_names |= src._used_names
-    ns._base_count = dict(src._base_count)
-    return g
-
-
-#: what Dynamo leaves on its GraphModule for AOTAutograd, kept by :func:`copy_graph_module`
-DYNAMO_ATTRS = ("_param_name_to_source", "_source_to_user_stacks")
-
-
-def copy_graph_module(gm: GraphModule) -> GraphModule:
-    """A new GraphModule over :func:`copy_graph` of ``gm``'s graph (same submodules and
-    attributes, ``meta`` and Dynamo's input sources, so AOTAutograd sees the copy of a
-    Dynamo graph as one: its parameters static inputs). O(nodes)."""
-    out = GraphModule(gm, copy_graph(gm.graph))
-    out.meta = dict(gm.meta)
-    for a in DYNAMO_ATTRS:
-        if hasattr(gm, a):
-            setattr(out, a, getattr(gm, a))
-    return out
 
 
 @contextmanager
@@ -205,6 +171,8 @@ class Engine:
                 graph=graph,
             )
             self.index = GraphIndex(gm.graph)
+        aliasing.use_positions(gm.graph, self.index.pos)  # effects read program order from the index
+        aliasing.note_inputs(gm.graph, self.inputs)  # inputs that are views of one buffer alias
         self.stages: list[tuple[str, GraphModule]] = []
         self._ref = None
         if self.opts.verify != "off":
@@ -284,7 +252,7 @@ class Engine:
                     else:
                         gen = self._sweep_rewrite(p, cast(RewritePattern, pattern))
                     for step in gen:
-                        changed = changed or step.error is None
+                        changed = True  # a refused step changes keys too: sweep again
                         yield step
                 if not changed:
                     return
@@ -447,14 +415,15 @@ class Engine:
         site_names = [n.name for n in site]
         t0 = time.perf_counter()
         rec = Recording()
-        check = LayoutCheck()
+        check, safe = LayoutCheck(), StepCheck(self.index.pos)
         indexes = IndexListener(self)
-        rw = Rewriter(self.gm.graph, [RecordingListener(rec), check, indexes], level=self.index.level)
+        rw = Rewriter(self.gm.graph, [RecordingListener(rec), check, safe, indexes], level=self.index.level)
         try:
             with rw.guarding(self.gm):
                 do(rw)
             rw.validate()
             check.verify()
+            safe.verify(self.gm.graph, rw.original_args)  # dtype, offsets, outputs, effects
         except Exception as e:  # noqa: BLE001 - any failure of the pattern is rolled back and reported
             rw.rollback()
             return self._failed(p, pattern, site, e, match_s, time.perf_counter() - t0)
@@ -514,17 +483,14 @@ class Engine:
         """Record a rolled-back step (``Step.error``); a BatchPattern is disabled for every
         member of ``site`` (a RewritePattern's sweep disables it at the anchor); with
         ``on_error="stop"`` raise :class:`PatternError` after recording it."""
-        kind = (
-            "layout"
-            if isinstance(e, _layout.LayoutError)
-            else "invalid"
-            if isinstance(e, InvalidGraph)
-            else "direct-mutation"
-            if isinstance(e, DirectMutation)
-            else "symbolic-size"
-            if isinstance(e, SymbolicSize)
-            else "raised"
+        kinds = (
+            (_layout.LayoutError, "layout"),
+            (UnsafeRewrite, "unsafe"),
+            (InvalidGraph, "invalid"),
+            (DirectMutation, "direct-mutation"),
+            (SymbolicSize, "symbolic-size"),
         )
+        kind = next((k for t, k in kinds if isinstance(e, t)), "raised")
         site_names = [n.name for n in site]
         error = {
             "kind": kind,
@@ -536,9 +502,11 @@ class Engine:
         if isinstance(pattern, BatchPattern):
             self._refused.setdefault(pattern.name, set()).update(site)
             state = self._batch.get(pattern)
-            if state is not None:
+            if state is not None:  # the site's keys changed (refused): the roots that see it search again
                 state.cache.forget(site)
-                state.search.forget(site)
+                reach = set(site) | downstream(site, state.cache.__getitem__, state.opts.max_fuse_search_depth)
+                state.search.forget(reach)
+                state.dirty.update(n for n in reach if is_search_root(n) and state.opts.search == "upstream")
         if self.opts.on_error == "stop":
             raise PatternError(p.name, pattern.name, site_names, e) from e
         return step

@@ -46,9 +46,11 @@ from torch.fx import Node
 if TYPE_CHECKING:
     from optimus_lens.core.rewriter import Rewriter
 
+from optimus_lens.core.aliasing import region_miss
 from optimus_lens.core.effects import writes_inputs
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.pattern import Match, RewritePattern
+from optimus_lens.core.stepcheck import identity_miss
 
 
 class Bindings(dict):
@@ -519,7 +521,9 @@ class RulePattern(RewritePattern):
         writer = next((n for n in nodes if writes_inputs(n)), None)
         if writer is not None:
             return Miss(f"{writer.name} writes in place")
-        return Match(node, nodes, {"bindings": b})
+        bound = {k: v for k, v in b.items() if not k.startswith("%")}
+        miss = region_miss(nodes) or identity_miss(self.rule.replace, node, bound, self.rule.pieces)
+        return miss or Match(node, nodes, {"bindings": b})
 
     def rewrite(self, rw: Rewriter, m: Match) -> None:
         root = m.anchor

@@ -124,3 +124,26 @@ def infer(node: Node) -> Any:
         out = out.clone()
     node.meta[value_key(node)] = out
     return out
+
+
+def storage_key(t: Any) -> Any:
+    """A hashable identity of a tensor's storage (FakeTensors too), or None."""
+    if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+        return None
+    try:
+        return t.untyped_storage()._cdata
+    except Exception:  # noqa: BLE001 - tensors without storage (nested, functional wrappers)
+        return None
+
+
+def storages(v: Any) -> set:
+    """The storage keys of an example value (a tensor, or a tuple/list of them)."""
+    if isinstance(v, torch.Tensor):
+        k = storage_key(v)
+        return set() if k is None else {k}
+    if isinstance(v, (list, tuple)):
+        out: set = set()
+        for x in v:
+            out |= storages(x)
+        return out
+    return set()

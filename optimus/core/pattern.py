@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from torch.fx import Node
 
+from optimus_lens.core.aliasing import region_miss
 from optimus_lens.core.miss import Miss, Refused
+from optimus_lens.core.stepcheck import trial_miss
 from optimus_lens.core.where import source_of
 
 if TYPE_CHECKING:
@@ -160,12 +162,24 @@ class AnchoredPattern(RewritePattern):
         if miss is not None:
             return miss
         try:
-            return self.find(node)
+            m = self.find(node)
         except Refused as r:
             return r.miss
+        if isinstance(m, Match):
+            return region_miss(m.nodes) or _output_trial(self, m) or m
+        return m
 
     def find(self, node: Node) -> Match | Miss:
         raise NotImplementedError
+
+
+def _output_trial(pattern: RewritePattern, m: Match) -> Miss | None:
+    """Where the match's site feeds a graph output: the step check's answer on a trial of
+    the rewrite (:func:`optimus_lens.core.stepcheck.trial_miss`), so a rewrite that would make
+    an output overlap an input or another output is refused with its reason."""
+    if not any(u.op == "output" for n in m.nodes for u in n.users):
+        return None
+    return trial_miss(pattern.rewrite, m, m.anchor.graph)
 
 
 REGISTRY: dict[str, Pattern] = {}

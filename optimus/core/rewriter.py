@@ -30,7 +30,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
-from optimus_lens.core import meta
+from optimus_lens.core import aliasing, meta
 from optimus_lens.core import strides as _layout
 from optimus_lens.core.hooks import node_hooks
 
@@ -166,8 +166,10 @@ class Rewriter:
         self._journal.append(("create", n))
         self.created.append(n)
         self.changed[n] = None
+        aliasing.touch(self.graph, (n,))
         if infer:
-            meta.infer(n)
+            with aliasing.state_before(self.graph, n):  # inside an autocast block: its dtype
+                meta.infer(n)
         for lst in self.listeners:
             lst.notify_inserted(n)
         return n
@@ -252,6 +254,7 @@ class Rewriter:
             self._save_users(i)
         node.args, node.kwargs = new_args, new_kwargs
         self.changed[node] = None
+        aliasing.touch(self.graph, (node,))
         for lst in self.listeners:
             lst.notify_modified(node, old_inputs)
 
@@ -273,6 +276,7 @@ class Rewriter:
             self._inside -= 1
         self.erased.append(node)
         self.changed.pop(node, None)
+        aliasing.touch(self.graph, (node,))
 
     def erase_if_unused(self, nodes: Iterable[Node]) -> None:
         """Erase each of ``nodes`` (in order) that is still alive and has no users."""
@@ -287,6 +291,7 @@ class Rewriter:
             self._meta_saved.add(k)
             self._journal.append(("meta", node, key, node.meta.get(key, _MISSING)))
         node.meta[key] = value
+        aliasing.touch(self.graph, (node,))
 
     def carry_meta(self, old: Node, new: Node) -> None:
         """Give ``new`` the source location and module path of the node it replaces (where it
@@ -295,6 +300,14 @@ class Rewriter:
         for k in CARRIED_META:
             if k in old.meta and k not in new.meta:
                 self.set_meta(new, k, old.meta[k])
+
+    def original_args(self, node: Node) -> tuple | None:
+        """``node``'s arguments (``args``) before this step changed them, or None when the
+        step did not change them."""
+        for entry in self._journal:
+            if entry[0] == "args" and entry[1] is node:
+                return entry[2]
+        return None
 
     # ---------------------------------------------------------------- internals
     def _rewire(self, old: Node, new: Node, users: list[Node]) -> None:
@@ -308,6 +321,7 @@ class Rewriter:
                 self.changed[u] = None
         finally:
             self._inside -= 1
+        aliasing.touch(self.graph, users)
         for lst in self.listeners:
             lst.notify_replaced(old, new, users)
 
@@ -350,6 +364,7 @@ class Rewriter:
     def rollback(self) -> None:
         """Undo every change of the step, newest first, then tell the listeners."""
         g = self.graph
+        aliasing.touch(g, [e[1] for e in self._journal])
         for entry in reversed(self._journal):
             kind = entry[0]
             if kind == "create":

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.effects import writes_inputs
+from optimus_lens.core.effects import effect, returns_input, writes_inputs
 from optimus_lens.core.miss import Miss
 
 SENSITIVE_METHODS = {
@@ -67,6 +67,14 @@ SENSITIVE_FUNCTIONS = {
     torch.Tensor.view: "view needs strides compatible with the new shape",
     torch.Tensor.as_strided: "as_strided reads the storage with explicit strides",
 }
+#: uses that read where a tensor starts in its storage, or the storage itself, with the reason
+OFFSET_METHODS = {
+    "storage_offset": "storage_offset() returns it",
+    "data_ptr": "data_ptr() is the storage address plus the offset",
+    "untyped_storage": "untyped_storage() exposes the whole storage",
+    "set_": "set_ reads the storage",
+}
+OFFSET_DEPTH = 8
 FRESH_FUNCTIONS = {
     torch._C._nn.linear,
     F.linear,
@@ -126,6 +134,38 @@ def direct_reason(user: Node, stands: tuple[Node, ...]) -> str | None:
     return None
 
 
+def offset_reason(user: Node, stands: tuple[Node, ...]) -> str | None:
+    """Why ``user`` reads the storage offset of its input (any node of ``stands``), or
+    None: ``as_strided`` with an explicit ``storage_offset`` (it addresses the storage from
+    its start, docs of ``torch.as_strided``), or a method of ``OFFSET_METHODS``."""
+    if not user.args or user.args[0] not in stands:
+        return None
+    if user.op == "call_method":
+        r = OFFSET_METHODS.get(user.target)
+        if r is not None:
+            return r
+    if user.target in (torch.as_strided, torch.Tensor.as_strided, "as_strided"):
+        if len(user.args) > 3 or "storage_offset" in user.kwargs:
+            return "as_strided with an explicit storage offset addresses the storage from its start"
+    return None
+
+
+def offset_use(node: Node, users: list[Node], depth: int = OFFSET_DEPTH) -> tuple[Node, str] | None:
+    """The first of ``users`` (uses of ``node``) that reads ``node``'s storage offset,
+    directly (:func:`offset_reason`) or through a value that aliases it (a view of it,
+    :func:`optimus_lens.core.effects.effect`'s ``aliases``), ``depth`` hops deep; with the
+    reason. None when no use reads it."""
+    for u in users:
+        r = offset_reason(u, (node,))
+        if r is not None:
+            return u, r
+        if depth > 0 and u.op in ("call_function", "call_method") and node in effect(u).aliases:
+            sub = offset_use(u, list(u.users), depth - 1)
+            if sub is not None:
+                return sub[0], f"through {u.name}: {sub[1]}"
+    return None
+
+
 def _fresh(user: Node) -> bool:
     if user.op == "call_function":
         return user.target in FRESH_FUNCTIONS
@@ -136,39 +176,30 @@ def _fresh(user: Node) -> bool:
 
 def value(node: Any) -> Any:
     """The node's example value as eager mode lays it out. That is ``meta.value`` except
-    for eval-mode ``F.dropout``, which returns its input itself in eager mode (so with the
-    input's strides) while its FakeTensor is a fresh contiguous tensor."""
-    while (
-        isinstance(node, Node)
-        and node.op == "call_function"
-        and node.target is F.dropout
-        and node.args
-        and isinstance(node.args[0], Node)
-        and _training(node) is False
-    ):
-        node = node.args[0]
+    for a node that eager mode answers with its input itself
+    (:func:`optimus_lens.core.effects.returns_input`: eval-mode ``F.dropout``), whose
+    FakeTensor may be a fresh contiguous tensor: then it is the input's value."""
+    seen = 0
+    while isinstance(node, Node) and seen < 64 and (src := returns_input(node)) is not None:
+        node, seen = src, seen + 1
     return meta.value(node)
 
 
-def _training(node: Node) -> Any:
-    if len(node.args) > 2:
-        return node.args[2]
-    return node.kwargs.get("training", True)
-
-
 def eager_strides(graph) -> int:
-    """Make the example values carry eager mode's strides where FakeTensors do not:
-    eval-mode ``F.dropout`` returns its input itself in eager mode (a split piece keeps its
-    gaps) while its FakeTensor is fresh and contiguous; every node downstream whose
-    strides follow is re-run on FakeTensors. One pass in list order, O(nodes) plus the
-    re-runs. Returns the number of nodes updated."""
+    """Make the example values carry eager mode's strides where FakeTensors do not: a
+    node that eager mode answers with its input itself
+    (:func:`optimus_lens.core.effects.returns_input`, e.g. eval-mode ``F.dropout``: a split
+    piece keeps its gaps) gets its input's value, whatever its FakeTensor; every node
+    downstream whose strides follow is re-run on FakeTensors. One pass in list order,
+    O(nodes) plus the re-runs. Returns the number of nodes updated."""
     dirty: set[Node] = set()
     for n in graph.nodes:
         if n.op not in ("call_function", "call_method"):
             continue
         old = meta.value(n)
-        if n.target is F.dropout and n.args and isinstance(n.args[0], Node) and _training(n) is False:
-            new = meta.value(n.args[0])
+        src = returns_input(n) if n.op == "call_function" or n.op == "call_method" else None
+        if src is not None:
+            new = meta.value(src)
         elif dirty and any(i in dirty for i in n.all_input_nodes) and not _fresh(n):
             try:
                 new = _simulate(n, (), None)

@@ -103,7 +103,9 @@ def bisect_spec(
     from optimus_lens.frontend.run import load_model
 
     model, inputs, _ = load_model(spec)
-    c = capture(model, inputs, method=capture_method, graph_index=graph_index)
+    c = capture(
+        model, inputs, method=capture_method, graph_index=graph_index, grad=(trace.capture or {}).get("grad", False)
+    )
     if snapshot_graph(c.gm.graph).signature() != trace.initial_graph.signature():
         raise ValueError(f"{spec} now captures to a different graph than the trace's; run it again first")
     return bisect_trace(trace, c.example_inputs, grads)

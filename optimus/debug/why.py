@@ -441,7 +441,13 @@ def trace_dry_run(trace, step: int, spec: str | None = None, pipeline: Pipeline 
 
         model, inputs, _ = load_model(spec)
         cap = trace.capture or {}
-        gm = capture(model, inputs, method=cap.get("method", "dynamo"), graph_index=cap.get("graph_index")).gm
+        gm = capture(
+            model,
+            inputs,
+            method=cap.get("method", "dynamo"),
+            graph_index=cap.get("graph_index"),
+            grad=cap.get("grad", False),
+        ).gm
         if snapshot_graph(gm.graph).signature() == trace.initial_graph.signature():
             names = [p["name"] for p in trace.passes if p.get("enabled", True)] or pipeline.names()
             dry = DryRun(gm, pipeline.only([x for x in names if x in pipeline.names()]), step)

@@ -50,6 +50,7 @@ class Captured:
     #: where a graph read from a compile log came from (:meth:`LoggedGraph.info
     #: <optimus_lens.frontend.compile_log.LoggedGraph.info>`); None for a captured model
     log: dict | None = None
+    grad: bool = False
 
     def info(self) -> dict:
         """Plain-data summary stored in the Trace (``trace.capture``). ``dynamo_graphs``
@@ -59,6 +60,7 @@ class Captured:
         out = {
             "method": self.method,
             "dynamic": self.dynamic,
+            "grad": self.grad,
             "graphs": len(self.graphs),
             "graph_index": self.graph_index,
             "graph_nodes": [len(g.graph.nodes) for g, _ in self.graphs],
@@ -108,8 +110,17 @@ def capture(
     graph_index: int | None = None,
     dynamic: bool = False,
     copy_inputs: bool = True,
+    grad: bool = False,
 ) -> Captured:
     """Capture ``model`` on ``example_inputs``.
+
+    ``grad``: capture with grad mode on, as a training step runs the model (for a run
+    that verifies gradients); off, as inference does. The model's own regions are kept
+    either way: a ``with torch.no_grad():`` block inside ``forward`` is a
+    ``_set_grad_enabled(False)`` ... ``(True)`` pair in a grad-mode capture (under
+    ``no_grad`` it is invisible, the whole graph runs without grad), an ``enable_grad``
+    block the reverse, ``torch.autocast(...)`` an ``_enter_autocast`` / ``_exit_autocast``
+    pair in both (:mod:`optimus_lens.core.aliasing` reads them as regions).
 
     ``dynamic`` (Dynamo only): capture with dynamic shapes (``torch.compile(dynamic=True)``):
     sizes become SymInts (``s0``, ...) in every ``example_value``, with SymInt placeholders
@@ -137,7 +148,7 @@ def capture(
         if method == "symbolic":
             graphs, breaks = [_symbolic(model, example_inputs)], []
         else:
-            graphs, breaks, dynamo_graphs, eager = _dynamo(model, example_inputs, dynamic, copy_inputs)
+            graphs, breaks, dynamo_graphs, eager = _dynamo(model, example_inputs, dynamic, copy_inputs, grad)
     except CaptureError:
         raise
     except Exception as e:  # noqa: BLE001 - any capture failure is bad input, explained
@@ -155,7 +166,7 @@ def capture(
         raise ValueError(f"graph_index {graph_index} is outside 0..{len(graphs) - 1}")
     gm, ex = graphs[graph_index]
     return Captured(
-        gm, ex, graphs, graph_index, breaks, method, time.perf_counter() - t0, dynamo_graphs, eager, dynamic
+        gm, ex, graphs, graph_index, breaks, method, time.perf_counter() - t0, dynamo_graphs, eager, dynamic, grad=grad
     )
 
 
@@ -189,7 +200,7 @@ def _logged(gm: GraphModule, example_inputs: tuple, graph_index: int | None) -> 
         len(log.graphs()),
         [],
         False,
-        info,
+        log=info,
     )
 
 
@@ -220,11 +231,12 @@ def _copied(inputs: tuple) -> tuple:
 
 
 def _dynamo(
-    model, inputs, dynamic: bool = False, copy_inputs: bool = True
+    model, inputs, dynamic: bool = False, copy_inputs: bool = True, grad: bool = False
 ) -> tuple[list, list[str], int | None, list[str]]:
     """Graphs from a ``torch.compile`` backend (with their example inputs), then graph
     count and break reasons from ``torch._dynamo.explain``, and the frames Dynamo ran
-    eagerly, each with its reason (from Dynamo's ``unimplemented`` counters)."""
+    eagerly, each with its reason (from Dynamo's ``unimplemented`` counters). Traced with
+    grad mode ``grad``."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
@@ -237,7 +249,7 @@ def _dynamo(
     torch._dynamo.reset()
     seen = dict(counters["unimplemented"])  # Dynamo's counters are global: read only what this run adds
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(grad):
             torch.compile(model, backend=backend, dynamic=dynamic)(*(_copied(inputs) if copy_inputs else inputs))
     except Exception as e:  # noqa: BLE001 - turned into a specific, explained error
         raise CaptureError(
@@ -251,7 +263,7 @@ def _dynamo(
     dynamo_graphs: int | None = None
     breaks: list = []
     if len(graphs) > 1 or new:
-        dynamo_graphs, breaks = _explain(model, inputs)
+        dynamo_graphs, breaks = _explain(model, inputs, grad)
     return graphs, breaks, dynamo_graphs, eager
 
 
@@ -261,13 +273,13 @@ def _reason_text(reason: str) -> str:
     return "\n".join(ln for ln in lines if ln and not ln.lstrip().startswith("For more details"))
 
 
-def _explain(model, inputs) -> tuple[int | None, list[str]]:
+def _explain(model, inputs, grad: bool = False) -> tuple[int | None, list[str]]:
     """``torch._dynamo.explain``'s graph count and one text per break: the full reason
     (operator, explanation, Dynamo's hint) and the user frame it happened in."""
     import torch._dynamo
 
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(grad):
             out = torch._dynamo.explain(model)(*_copied(inputs))
     except Exception as e:  # noqa: BLE001
         return None, [f"(reasons unavailable: explain raised {type(e).__name__}: {e})"]

@@ -363,7 +363,9 @@ def optimize(
         pipe = pipe.only(select_passes(pipe.names(), passes, skip))
     grads = grads or (mode == "training" and stage != "post-grad")
     if captured is None:
-        captured = capture(model, tuple(inputs or ()), method=capture_method, graph_index=graph_index, dynamic=dynamic)
+        captured = capture(  # in the mode the run is for: grad on when gradients are verified
+            model, tuple(inputs or ()), method=capture_method, graph_index=graph_index, dynamic=dynamic, grad=grads
+        )
     if on_capture is not None:
         on_capture(captured)
     engine = Engine(

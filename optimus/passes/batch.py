@@ -47,7 +47,7 @@ from optimus_lens.passes.common import (
     SIGMOID,
     TANH,
     bind_args,
-    fusion_miss,
+    fusion_key,
     is_call,
     replace_with_getitems,
     tensor_key,
@@ -95,7 +95,7 @@ class BatchLinear(BatchPattern):
             return o
         if not all(type(d) is int for d in meta.shape(o.x)):
             return Miss("input has symbolic sizes (dynamic shapes): the batched matmul is built for static ones")
-        return fusion_miss(node) or ("batch_linear", o.form, tensor_key(o.x), tensor_key(o.w), tensor_key(o.b))
+        return fusion_key(node, ("batch_linear", o.form, tensor_key(o.x), tensor_key(o.w), tensor_key(o.b)))
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         ops = [linear_operands(n) for n in nodes]
@@ -174,14 +174,8 @@ class BatchLinearLHS(BatchPattern):
             if bt.shape[-1] != o.out_features:
                 return Miss("bias broadcasts over the output features")
             bias = (tuple(bt.shape[:-1]), bt.dtype, str(bt.device))
-        return fusion_miss(node) or (
-            "batch_linear_lhs",
-            o.form,
-            value_id(o.x),
-            o.in_features,
-            wt.dtype,
-            str(wt.device),
-            bias,
+        return fusion_key(
+            node, ("batch_linear_lhs", o.form, value_id(o.x), o.in_features, wt.dtype, str(wt.device), bias)
         )
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
@@ -348,14 +342,7 @@ class BatchLayerNorm(BatchPattern):
         for p in (w, b):
             if p is not None and (meta.tensor(p) is None or meta.tensor(p).dtype != xt.dtype):
                 return Miss("weight or bias is not a tensor node of the input's dtype")
-        return fusion_miss(node) or (
-            "batch_layernorm",
-            tensor_key(x),
-            tuple(ns),
-            tensor_key(w),
-            tensor_key(b),
-            float(eps),
-        )
+        return fusion_key(node, ("batch_layernorm", tensor_key(x), tuple(ns), tensor_key(w), tensor_key(b), float(eps)))
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         args = [bind_args(n, LAYER_NORM_ARGS) for n in nodes]
@@ -422,10 +409,10 @@ class BatchUnary(BatchPattern):
                 isinstance(v, tuple) and all(isinstance(d, int) for d in v)
             ):
                 return Miss(f"argument {k} is not a constant")
-        miss = self.refuse(a) or fusion_miss(node)
+        miss = self.refuse(a)
         if miss:
             return miss
-        return (self.name, tensor_key(x), meta.tensor(node).dtype, tuple(a.items()))
+        return fusion_key(node, (self.name, tensor_key(x), meta.tensor(node).dtype, tuple(a.items())))
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         a = self.bound(nodes[0])

@@ -25,7 +25,7 @@ from optimus_lens.passes.common import (
     REQUIRED,
     SUM,
     bind_args,
-    fusion_miss,
+    fusion_key,
     is_call,
     mul_operands,
     replace_with_getitems,
@@ -178,6 +178,27 @@ class BatchSum(BatchWithDim):
         return None
 
 
+def promotion_miss(node: Node, shared: Node, varying: Node) -> Miss | None:
+    """A Miss when the fused product ``mul(stack(v_i), shared)`` would have another dtype
+    than the member ``mul(v_i, shared)``: type promotion lets a 0-dim operand promote only
+    across categories (a 0-dim fp32 does not promote a bf16 tensor), but stacked into a
+    1-D tensor it is a dimensioned operand and does (torch type promotion docs, "Type
+    promotion" in torch.Tensor: dimensioned > zero-dim > Python number)."""
+    v, s, out = meta.tensor(varying), meta.tensor(shared), meta.tensor(node)
+    if v is None or s is None or out is None or v.dim() > 0:
+        return None
+    stacked = torch.empty((1,), dtype=v.dtype)
+    other = torch.empty((1,) * s.dim(), dtype=s.dtype)
+    fused = torch.result_type(stacked, other)
+    if fused == out.dtype:
+        return None
+    return Miss(
+        f"{varying.name} is a 0-dim {str(v.dtype).replace('torch.', '')} operand: stacked into a 1-D tensor it "
+        f"promotes the product to {str(fused).replace('torch.', '')}, where each member is "
+        f"{str(out.dtype).replace('torch.', '')}"
+    )
+
+
 def _mul_users(node: Node) -> int:
     return sum(1 for u in node.users if is_call(u, *MUL))
 
@@ -224,7 +245,10 @@ class BatchMul(BatchPattern):
         if isinstance(ops, Miss):
             return ops
         shared, varying = ops
-        return fusion_miss(node) or ("batch_mul", shared.name, tensor_key(varying), meta.signature(node))
+        miss = promotion_miss(node, shared, varying)
+        if miss:
+            return miss
+        return fusion_key(node, ("batch_mul", shared.name, tensor_key(varying), meta.signature(node)))
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         shared, _ = self.split(nodes[0])  # type: ignore[misc]

@@ -12,10 +12,11 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.effects import is_written, writes_inputs
+from optimus_lens.core.aliasing import is_written, signature
+from optimus_lens.core.effects import effect, writes_inputs
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.rewriter import Rewriter
-from optimus_lens.core.strides import fresh_output_miss
+from optimus_lens.core.strides import fresh_output_miss, offset_use
 
 
 def arg(node: Node, index: int, name: str, default: Any = None) -> Any:
@@ -135,20 +136,65 @@ def mul_operands(node: Node) -> tuple[Node, Node] | Miss:
 # ------------------------------------------------- what no fusion may touch
 
 
+def fusion_key(node: Node, key: tuple) -> tuple | Miss:
+    """A batch fusion's group ``key`` for member ``node``, or why it must not be a member
+    (:func:`fusion_miss`). Where the graph has writes, state changes (``no_grad``,
+    ``autocast`` blocks) or random ops, the member's place among them is added
+    (:func:`optimus_lens.core.aliasing.signature`: its region and the write epoch of each
+    written alias class it reads), so a group never spans a region boundary or mixes
+    reads from both sides of a write; in a graph without effects the key is ``key``."""
+    miss = fusion_miss(node)
+    if miss:
+        return miss
+    sig = signature(node)
+    return (*key, ("effects", sig)) if sig else key
+
+
 def fusion_miss(node: Node) -> Miss | None:
-    """Why ``node`` must not be fused: an in-place write (:func:`mutation_miss`), or a
-    layout its uses depend on that a fused result cannot give back
-    (:func:`optimus_lens.core.strides.fresh_output_miss`)."""
-    return mutation_miss(node) or fresh_output_miss(node)
+    """Why ``node`` must not be fused: an in-place write (:func:`mutation_miss`), a layout
+    its uses depend on that a fused result cannot give back
+    (:func:`optimus_lens.core.strides.fresh_output_miss`), a use that reads its storage
+    offset (a fused member is a slice at another offset:
+    :func:`optimus_lens.core.strides.offset_use`), or a graph output that aliases an input
+    (a fused result is fresh)."""
+    return member_miss(node) or fresh_output_miss(node) or _offset_miss(node) or _aliased_output_miss(node)
+
+
+def member_miss(node: Node) -> Miss | None:
+    """Why ``node`` must not be a batch fusion member because of an in-place write: it
+    writes into an input itself (an in-place op, ``inplace=True``, ``out=``, a custom op's
+    ``mutates_args``: :func:`optimus_lens.core.effects.writes_inputs`), or its output (or a
+    value sharing its storage) is written in place (:func:`optimus_lens.core.aliasing.is_written`).
+    A write to one of its inputs elsewhere is not a reason: the group key keeps members on
+    one side of it (:func:`fusion_key`)."""
+    if writes_inputs(node):
+        return Miss(f"the op writes in place into {', '.join(w.name for w in effect(node).writes)}")
+    if is_written(node):
+        return Miss("its output (or a tensor sharing its storage) is written in place")
+    return None
+
+
+def _offset_miss(node: Node) -> Miss | None:
+    use = offset_use(node, list(node.users))
+    if use is None:
+        return None
+    return Miss(f"{use[0].name} reads its storage offset ({use[1]}); a fused member is a slice at another offset")
+
+
+def _aliased_output_miss(node: Node) -> Miss | None:
+    if effect(node).aliases and any(u.op == "output" for u in node.users):
+        return Miss("a graph output that aliases its input (a fused result would be a fresh tensor)")
+    return None
 
 
 def mutation_miss(node: Node) -> Miss | None:
-    """Why ``node`` must not be fused because of an in-place write, or None: the node
-    writes in place itself (``inplace=True`` / ``out=``), its output or a view of it is
-    written in place, or one of its inputs (or a tensor sharing its storage) is
-    (:func:`optimus_lens.core.effects.writes_inputs`, :func:`optimus_lens.core.effects.is_written`)."""
+    """Why a rewrite must leave ``node`` alone because of an in-place write, or None: the
+    node writes in place itself, its output or a value sharing its storage is written in
+    place, or one of its inputs (or a tensor sharing its storage) is
+    (:func:`optimus_lens.core.effects.writes_inputs`, :func:`optimus_lens.core.aliasing.is_written`):
+    a rewrite reads the inputs at another point of the program."""
     if writes_inputs(node):
-        return Miss("the op writes in place (inplace=True or out=)")
+        return Miss("the op writes in place (inplace=True, out= or a declared mutation)")
     if is_written(node):
         return Miss("a user mutates the output (or a view of it) in place")
     for i in node.all_input_nodes:

@@ -32,7 +32,7 @@ from optimus_lens.core import meta
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.pattern import BatchPattern, register
 from optimus_lens.core.rewriter import Rewriter
-from optimus_lens.passes.common import fusion_miss, tensor_key
+from optimus_lens.passes.common import fusion_key, tensor_key
 from optimus_lens.passes.post_grad.common import (
     ADDMM,
     BMM,
@@ -104,7 +104,7 @@ class BatchLinearPostGrad(BatchPattern):
             if bs not in ((ws[1],), (xs[0], ws[1])):
                 return Miss(f"bias of shape {list(bs)}: only (N,) = ({ws[1]},) or (M, N) = {[xs[0], ws[1]]} is fused")
             bias = tensor_key(b)
-        return fusion_miss(node) or (self.name, node.target is ADDMM, tensor_key(x), tensor_key(w), bias)
+        return fusion_key(node, (self.name, node.target is ADDMM, tensor_key(x), tensor_key(w), bias))
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         nodes = in_piece_order(nodes, [self.operands(n)[1] for n in nodes])  # type: ignore[index]
@@ -146,7 +146,7 @@ class BatchAtenUnary(BatchPattern):
         s = static_shape(x)
         if isinstance(s, Miss):
             return s
-        return fusion_miss(node) or (self.name, tensor_key(x), meta.tensor(node).dtype)
+        return fusion_key(node, (self.name, tensor_key(x), meta.tensor(node).dtype))
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         nodes = in_piece_order(nodes, [schema_args(n)["self"] for n in nodes])  # type: ignore[index]
@@ -240,7 +240,7 @@ class BatchAtenBinary(BatchPattern):
         def part(v: Any) -> Any:
             return tensor_key(v) if isinstance(v, Node) else ("number", type(v).__name__, v)
 
-        return fusion_miss(node) or (self.name, part(x), part(y), alpha, meta.tensor(node).dtype)
+        return fusion_key(node, (self.name, part(x), part(y), alpha, meta.tensor(node).dtype))
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         ops = [self.operands(n) for n in nodes]

@@ -31,7 +31,7 @@ from torch.fx import Node
 from optimus_lens.core.miss import Miss, need
 from optimus_lens.core.pattern import AnchoredPattern, BatchPattern, Match, register
 from optimus_lens.core.rewriter import Rewriter
-from optimus_lens.passes.common import fusion_miss
+from optimus_lens.passes.common import fusion_key, fusion_miss
 from optimus_lens.passes.post_grad.common import ADD, ADDMM, BMM, MM, MUL, SUM, UNSQUEEZE, schema_args, static_shape
 
 POST_GRAD = "post-grad"
@@ -258,7 +258,7 @@ class GroupLinear(BatchPattern):
             return Miss("fbgemm's grouped GEMM runs on CUDA only; the operands are not on CUDA")
         if any(v % 2 or v > MAX_GROUP_TENSOR_SIZE for v in (*sx, *sw)):
             return Miss(f"sizes {list(sx)} x {list(sw)}: every size must be even and <= {MAX_GROUP_TENSOR_SIZE}")
-        return fusion_miss(node) or (self.name, node.target is ADDMM)
+        return fusion_key(node, (self.name, node.target is ADDMM))
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         xs, ws, bs = [], [], []

@@ -30,7 +30,7 @@ import math
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.effects import is_written
+from optimus_lens.core.aliasing import is_written
 from optimus_lens.core.miss import Miss, need
 from optimus_lens.core.pattern import AnchoredPattern, Match, register
 from optimus_lens.core.rewriter import Rewriter

@@ -17,7 +17,7 @@ import torch
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.effects import is_written
+from optimus_lens.core.aliasing import is_written
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.strides import replace_miss
 from optimus_lens.passes.common import CAT, SPLIT, STACK, UNBIND, arg, dim_of, is_call, is_getitem

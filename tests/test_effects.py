@@ -1,0 +1,255 @@
+"""The effects analysis itself: node effects read from schemas, probes and storages (never
+from names), alias classes, regions, write epochs, and the step check's simulation of the
+engine's repair."""
+
+from __future__ import annotations
+
+import operator
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx import Graph, GraphModule
+
+from optimus_lens.core import aliasing
+from optimus_lens.core.effects import effect, is_plain, returns_input
+from optimus_lens.core.engine import Engine, RunOptions
+from optimus_lens.core.index import GraphIndex
+from optimus_lens.core.miss import Miss
+from optimus_lens.core.pattern import REGISTRY, Match, RewritePattern
+from optimus_lens.core.pipeline import Pass, Pipeline
+from optimus_lens.core.rewriter import Rewriter
+from optimus_lens.core.stepcheck import StepCheck, final_places
+from optimus_lens.frontend.capture import capture
+from optimus_lens.passes import pattern_named
+from tests.test_effects_oracle import AutocastBlock, NoGradBlock, fill_from  # noqa: F401  (registers the op)
+
+MODE = FakeTensorMode()
+
+
+class G:
+    """A hand-built FX graph whose nodes carry FakeTensor example values."""
+
+    def __init__(self):
+        self.g = Graph()
+
+    def ph(self, name, value):
+        n = self.g.placeholder(name)
+        n.meta["example_value"] = (
+            MODE.from_tensor(value) if not isinstance(value, torch._subclasses.FakeTensor) else value
+        )
+        return n
+
+    def call(self, fn, *args, method=False, **kwargs):
+        n = self.g.call_method(fn, args, kwargs) if method else self.g.call_function(fn, args, kwargs)
+        f = getattr(torch.Tensor, fn) if method else fn
+        vals = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: a.meta["example_value"])
+        with MODE:
+            n.meta["example_value"] = f(*vals[0], **vals[1])
+        return n
+
+
+def test_writes_come_from_schemas_and_probes_not_from_names():
+    b = G()
+    x, y = b.ph("x", torch.randn(4, 4)), b.ph("y", torch.randn(4, 4))
+    cases = {
+        "aten overload": (b.call(torch.ops.aten.mul_.Tensor, x, y), [x]),
+        "overload packet": (b.call(torch.ops.aten.add_, x, y), [x]),
+        "custom op mutates_args": (b.call(torch.ops.optimus_test21.fill_from.default, y, x), [y]),
+        "method": (b.call("sub_", x, 1.0, method=True), [x]),
+        "F.relu inplace=True": (b.call(F.relu, y, inplace=True), [y]),
+        "setitem": (b.call(operator.setitem, x, 0, 1.0), [x]),
+        "iadd": (b.call(operator.iadd, x, y), [x]),
+        "out=": (b.call(torch.add, x, y, out=y), [y]),
+    }
+    for what, (n, written) in cases.items():
+        assert list(effect(n).writes) == written, (what, effect(n))
+    for pure in (
+        b.call(F.relu, x),
+        b.call(torch.add, x, y),
+        b.call("sum", x, method=True),
+        b.call(F.layer_norm, x, (4,)),
+    ):
+        assert not effect(pure).effectful, effect(pure)
+
+
+def test_aliases_attributes_and_identities():
+    b = G()
+    x = b.ph("x", torch.randn(4, 4))
+    for attr in ("T", "mT", "H", "mH", "real"):
+        n = b.call(getattr, x, attr)
+        assert effect(n).aliases == (x,), attr
+    at = b.call(torch.atleast_2d, x)
+    assert effect(at).aliases == (x,) and returns_input(at) is x  # a 2-D tensor is returned itself
+    drop = b.call(F.dropout, x, 0.5, False)
+    assert returns_input(drop) is x  # eval-mode dropout: the input itself, whatever the FakeTensor says
+    assert x in effect(b.call("contiguous", x, method=True)).aliases  # schema: Tensor(a)
+    assert x in effect(b.call("type_as", x, x, method=True)).aliases  # the example shares x's storage
+    assert not effect(b.call(torch.cat, [x, x])).aliases
+
+
+def test_state_changes_random_ops_and_unknown_callables():
+    b = G()
+    x = b.ph("x", torch.randn(4, 4))
+    grad = b.g.call_function(torch._C._set_grad_enabled, (False,))
+    assert effect(grad).state and not effect(grad).writes
+    assert effect(b.call(torch.rand_like, x)).rng
+
+    def opaque(t):
+        return t * 2
+
+    unknown = b.g.call_function(opaque, (x,))
+    unknown.meta["example_value"] = x.meta["example_value"]
+    e = effect(unknown)
+    assert e.state and e.writes == (x,) and e.aliases == (x,)  # may write and alias all it receives
+    size = b.call("size", x, 1, method=True)
+    assert not effect(b.g.call_function(operator.floordiv, (size, 2))).effectful  # arithmetic on sizes
+
+
+def test_common_targets_are_read_once_per_target():
+    b = G()
+    x, w = b.ph("x", torch.randn(4, 4)), b.ph("w", torch.randn(4, 4))
+    assert is_plain(b.call(torch._C._nn.linear, x, w))
+    assert is_plain(b.call(torch.cat, [x, w]))
+    assert not is_plain(b.call(F.relu, x))  # a Python function: its inplace flag decides
+    assert not is_plain(b.call("add_", x, 1.0, method=True))
+    assert aliasing.analysis(b.g).quiet is False
+
+
+def test_views_of_one_buffer_given_as_inputs_are_one_class():
+    b = G()
+    p, q = b.ph("p", torch.randn(4, 4)), b.ph("q", torch.randn(4, 4))  # separate fake storages
+    before = b.call(torch.relu, p)
+    w = b.call("mul_", q, 2.0, method=True)
+    after = b.call(torch.relu, p)
+    ge = aliasing.analysis(b.g)
+    assert not ge.is_written(p) and ge.is_written(q)
+    assert ge.signature(before) == ge.signature(after) == ()  # p is not written: one group
+    base = torch.randn(4, 4)
+    aliasing.note_inputs(b.g, (base[:], base.view(4, 4)))  # the real inputs share a storage
+    ge = aliasing.analysis(b.g)
+    assert ge.is_written(p)
+    assert ge.signature(before) != ge.signature(after)  # read before and after the write
+    assert w in [n for _, n in ge.writers(next(iter(ge.written_classes(p))))]
+
+
+def test_regions_are_numbered_and_keyed():
+    gm = capture(NoGradBlock(), (torch.randn(4, 8),), grad=True).gm
+    lins = [n for n in gm.graph.nodes if n.target is torch._C._nn.linear]
+    regions = [aliasing.region(n) for n in lins]
+    assert regions == [0, 0, 0, 1, 1, 1]
+    keys = [pattern_named("batch_linear_lhs").key(n) for n in lins]
+    assert len(set(keys[:3])) == 1 and len(set(keys[3:])) == 1 and keys[0] != keys[3]
+
+
+def test_capture_keeps_the_models_regions_in_the_mode_the_run_is_for():
+    grad = capture(NoGradBlock(), (torch.randn(4, 8),), grad=True)
+    plain = capture(NoGradBlock(), (torch.randn(4, 8),))
+    assert sum(n.target is torch._C._set_grad_enabled for n in grad.gm.graph.nodes) == 2
+    assert not any(n.target is torch._C._set_grad_enabled for n in plain.gm.graph.nodes)  # all no-grad
+    assert grad.info()["grad"] and not plain.info()["grad"]
+    auto = capture(AutocastBlock(), (torch.randn(4, 8),))
+    assert (
+        sum(aliasing.analysis(auto.gm.graph).effectful[n].state for n in aliasing.analysis(auto.gm.graph).effectful)
+        == 2
+    )
+
+
+def test_a_node_created_inside_autocast_gets_the_dtype_it_computes_there():
+    gm = capture(AutocastBlock(), (torch.randn(4, 8),)).gm
+    lins = [n for n in gm.graph.nodes if n.target is torch._C._nn.linear]
+    rw = Rewriter(gm.graph)
+    with rw.inserting_before(lins[4]):
+        inside = rw.call(torch._C._nn.linear, *lins[4].args)
+    with rw.inserting_before(lins[1]):
+        outside = rw.call(torch._C._nn.linear, *lins[4].args)
+    assert inside.meta["example_value"].dtype == torch.bfloat16
+    assert outside.meta["example_value"].dtype == torch.float32
+    assert torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")  # the replay is undone
+    rw.rollback()
+
+
+class _ReplaceByEarlierCopy(RewritePattern):
+    """A deliberately unsound rewrite: ``y = x.clone()`` read after ``x.add_(1)``: every use
+    of the second clone is pointed at the first (taken before the write)."""
+
+    name = "replace_by_earlier_copy"
+
+    def match(self, node):
+        if node.op == "call_method" and node.target == "clone" and node.args[0].op == "placeholder":
+            first = next(n for n in node.graph.nodes if n.op == "call_method" and n.target == "clone")
+            if first is not node:
+                return Match(node, [node], {"first": first})
+        return Miss("no")
+
+    def rewrite(self, rw, m):
+        rw.replace_all_uses(m.anchor, m.info["first"])
+        rw.erase(m.anchor)
+
+
+class _TwoClones(nn.Module):
+    def forward(self, x):
+        a = x.clone()
+        x.add_(1)
+        b = x.clone()
+        return a * 1, b * 1
+
+
+def test_the_engine_refuses_a_rewrite_that_moves_a_read_across_a_write():
+    x = torch.randn(3)
+    gm = capture(_TwoClones(), (x,)).gm
+    pipe = Pipeline([Pass("p", [_ReplaceByEarlierCopy()])])
+    trace = Engine(gm, (x.clone(),), pipe, RunOptions(verify="off")).run()
+    (step,) = trace.steps
+    assert step.error["kind"] == "unsafe" and "between" in step.error["message"]
+
+
+def _random_graph(seed: int) -> GraphModule:
+    from tests.test_search import random_dag
+
+    return random_dag(seed, 24, 0.4)
+
+
+def _depends(n, on) -> bool:
+    todo, seen = [n], set()
+    while todo:
+        m = todo.pop()
+        if m is on:
+            return True
+        todo.extend(i for i in m.all_input_nodes if i not in seen and not seen.add(i))
+    return False
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_simulated_repair_puts_every_node_where_the_engines_repair_does(seed):
+    gm = _random_graph(seed)
+    g = gm.graph
+    index = GraphIndex(g)
+    rng = random.Random(seed)
+    relus = [n for n in g.nodes if n.target is F.relu]
+    if len(relus) < 2:
+        pytest.skip("fewer than two relus")
+    group = rng.sample(relus, 2)
+    if _depends(group[0], group[1]) or _depends(group[1], group[0]):
+        pytest.skip("dependent members (the fusion would make a cycle, which Rewriter.validate refuses)")
+    pos = dict(index.pos)
+    safe = StepCheck(pos)
+    rw = Rewriter(g, [safe])
+    try:
+        REGISTRY["batch_relu"].fuse(rw, group)
+    except Exception:  # noqa: BLE001 - members the fusion cannot take
+        pytest.skip("not fusable")
+    created = [n for n in dict.fromkeys(safe.created) if not n._erased]
+    rewired = [n for n in safe.rewired if not n._erased]
+    place = final_places(pos, created, rewired)
+    index.update(created, safe.erased, rewired)  # the engine's own repair
+    order = {n: i for i, n in enumerate(g.nodes)}
+    fixed = [n for n in g.nodes if n in pos and n not in place]
+    for v, p in place.items():
+        if v._erased:
+            continue
+        for f in fixed:
+            assert (pos[f] < p) == (order[f] < order[v]), (v.name, f.name)
