@@ -24,6 +24,13 @@ def add_parsers(sub) -> None:
         help="off (default): run unverified, then check O(log steps) replayed graphs; "
         "step: verify every step while running and report the first failure",
     )
+    bi.add_argument(
+        "--pattern-file",
+        action="append",
+        default=[],
+        help="a pattern file whose patterns run as one extra pass after the default pipeline "
+        "(repeatable: one pass per file, in order; optimus_lens.compile's warning names the files it ran)",
+    )
     bi.set_defaults(fn=cmd_bisect)
 
 
@@ -31,11 +38,16 @@ def cmd_bisect(a: argparse.Namespace) -> int:
     """Run the pipeline, then print the graphs checked and the first failing step (exit 1),
     or that every step matches (exit 0); with ``--trace``, the diff and repro commands next."""
     from optimus_lens.debug.bisect import bisect_trace, first_failing
+    from optimus_lens.frontend.patternfile import load_pattern_file, pipeline_with
     from optimus_lens.frontend.run import optimize
 
     with input_errors():
+        pipeline = None
+        for f in a.pattern_file:
+            pipeline = pipeline_with(load_pattern_file(f), base=pipeline)
         res = optimize(
             a.model,
+            pipeline=pipeline,
             passes=names_arg(a.passes),
             skip=names_arg(a.skip),
             verify=a.verify,
