@@ -17,7 +17,8 @@ JSON layout (``format_version`` 1)::
                 "error": {...} (only on a rolled-back step)}]}
 
 A NodeRecord is written as ``{"name", "op", "target", "args", "kwargs", "inputs",
-"shape", "dtype", "module", "module_type", "source", "stride", "device"}`` less the fields at their default
+"shape", "dtype", "module", "module_type", "source", "stride", "device", "after", "effects",
+"target_module"}`` less the fields at their default
 (empty or null) and less ``inputs`` where it follows from ``args``/``kwargs``
 (:meth:`NodeRecord.to_json`); readers accept records with or without them. A step's
 delta holds only the nodes the step created or rewired.
@@ -58,6 +59,15 @@ class NodeRecord:
     before it was recorded). ``device`` is the output's device (``"cpu"``,
     ``"cuda:0"``; the first output's for a tuple; None in traces written before it was
     recorded, and for non-tensor outputs).
+
+    Program order, where it matters: ``effects`` is True for a node with side effects (an
+    in-place write, a custom op that mutates its arguments, ``_set_grad_enabled``, autocast
+    enter/exit: :func:`optimus_lens.core.record.has_side_effects`), and ``after`` names
+    the latest such node before this one in the live graph (None before the first). A
+    graph rebuilt from records (:func:`optimus_lens.debug.rebuild.graph_order`) keeps
+    every node between the same two nodes with side effects, so reads and writes stay in
+    the order that ran. ``target_module`` names the module that registers a custom op
+    target (``torch.ops.ns.name``), for a rebuild to import.
     """
 
     name: str
@@ -73,6 +83,9 @@ class NodeRecord:
     source: str | None = None
     stride: list | None = None
     device: str | None = None
+    after: str | None = None
+    effects: bool = False
+    target_module: str | None = None
 
     def to_json(self) -> dict:
         """Compact JSON form: fields at their default (empty args/kwargs, None shape,
@@ -86,10 +99,12 @@ class NodeRecord:
             d["kwargs"] = self.kwargs
         if self.inputs and self.inputs != refs_in(self.args, self.kwargs):
             d["inputs"] = self.inputs
-        for k in ("shape", "dtype", "module", "module_type", "source", "stride", "device"):
+        for k in ("shape", "dtype", "module", "module_type", "source", "stride", "device", "after", "target_module"):
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
+        if self.effects:
+            d["effects"] = True
         return d
 
     @classmethod
@@ -111,6 +126,9 @@ class NodeRecord:
             d.get("source"),
             d.get("stride"),
             d.get("device"),
+            d.get("after"),
+            bool(d.get("effects", False)),
+            d.get("target_module"),
         )
 
     @property
