@@ -21,6 +21,12 @@ elements, ``reshape(-1)``), so a fusion or cleanup that changes their strides is
 by the view raising, by as_strided reading other elements, or by the output strides;
 ``dynamic`` captures with dynamic shapes and, when the branches share one width, splits
 by a size computed from the input (``x.size(1) // n``).
+
+Hazards (:mod:`.hazards`, ``RandomSpec.hazards``): the classes of program that bit us —
+writes through custom ops, ATen in-place overloads and aliases, overlapping input views,
+grad and autocast regions, mixed dtypes and 0-dim operands, outputs that a rewrite could
+make the input, ``as_strided`` with an absolute offset. Each is switchable: a spec draws
+only the classes it is given (:func:`random_spec`'s ``hazards``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from . import hazards as hz
+from .hazards import HAZARDS as HAZARDS  # re-exported: the classes a spec draws from
 
 UNARY = ("relu", "relu_method", "tanh", "sigmoid", "clamp_pos", "clamp_kw", "nan_to_num", "detach", "dropout")
 #: width-preserving ops for the fusions beyond upstream's catalogue: a softmax, a product
@@ -62,11 +71,23 @@ class RandomSpec:
     input_layout: str = "contiguous"
     consumer: str = "none"
     dynamic: bool = False
+    #: classes from ``HAZARDS``; ``hazard_at``: the branch a write or region starts at;
+    #: ``flavour`` picks among a hazard's spellings (``.T`` / ``.mT``)
+    hazards: list[str] = field(default_factory=list)
+    hazard_at: int = 1
+    flavour: int = 0
+
+    @property
+    def grads(self) -> bool:
+        """Whether gradients are compared for this model: float32, and no write into the
+        input (a leaf that requires grad cannot be written in place)."""
+        return self.dtype == "float32" and not hz.writes_input(self.hazards)
 
 
-def random_spec(rng: random.Random, dtype: str = "float32") -> RandomSpec:
+def random_spec(rng: random.Random, dtype: str = "float32", hazards: tuple[str, ...] = ()) -> RandomSpec:
     """A spec drawn from ``rng``: 2..9 branches, mostly sharing one width and one chain
-    (so fusions happen), sometimes not."""
+    (so fusions happen), sometimes not; with ``hazards`` (classes of ``HAZARDS``), one or
+    two of them in 3 specs of 4."""
     n = rng.randint(2, 9)
     common_w = rng.choice([4, 8, 16])
     common_chain = [rng.choice(OPS) for _ in range(rng.randint(1, 4))]
@@ -81,6 +102,11 @@ def random_spec(rng: random.Random, dtype: str = "float32") -> RandomSpec:
     spec.input_layout = rng.choice(INPUT_LAYOUTS)
     spec.consumer = rng.choice(CONSUMERS)
     spec.dynamic = rng.random() < 0.15
+    if hazards and rng.random() < 0.75:
+        spec.hazards = sorted(set(rng.sample(list(hazards), min(len(hazards), rng.choice([1, 1, 2])))))
+        spec.hazard_at = rng.randint(1, n - 1)
+        spec.flavour = rng.randint(0, 1)
+        spec.dynamic = False
     return spec
 
 
@@ -107,6 +133,7 @@ class RandomModel(nn.Module):
         # how the joined result and the first branch are consumed; build() turns a view that
         # eager mode rejects (a transposed or aliased branch) into a reshape
         self.consumers = [spec.consumer, spec.consumer]
+        self.register_buffer("scale0", torch.tensor(1.5))  # zero_dim: float32 whatever the model's dtype
 
     def _apply_op(self, op: str, mod: nn.Module, x: torch.Tensor, width: int) -> torch.Tensor:
         if op.startswith("linear") or op.startswith("layer_norm"):
@@ -137,25 +164,39 @@ class RandomModel(nn.Module):
             return x * x.sum(-1, keepdim=True)
         raise ValueError(f"unknown op {op!r}")
 
-    def forward(self, x: torch.Tensor):
+    def forward(self, x: torch.Tensor, *extra: torch.Tensor):
         s = self.spec
-        y, first = self._join(x)
-        if s.consumer == "none":
-            return y
-        return _consume(y, self.consumers[0]), _consume(first, self.consumers[1])
+        y, first, last = self._join(x, extra)
+        outs = [y] if s.consumer == "none" else [_consume(y, self.consumers[0]), _consume(first, self.consumers[1])]
+        if "output_is_input" in s.hazards:
+            outs.append(torch.cat(torch.split(x, s.widths, dim=1), dim=1))
+        if "as_strided_offset" in s.hazards:
+            outs.append(hz.strided_offset(last))
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _join(self, x: torch.Tensor) -> torch.Tensor:
+    def _join(self, x: torch.Tensor, extra: tuple = ()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         s = self.spec
         if s.dynamic and len(set(s.widths)) == 1:
             pieces = torch.split(x, x.size(1) // len(s.widths), dim=s.split_dim)
         else:
             pieces = torch.split(x, s.widths, dim=s.split_dim)
         outs = []
-        for p, chain, layers, w in zip(pieces, s.chains, self.mods, s.widths):
-            for op, mod in zip(chain, layers):
-                p = self._apply_op(op, mod, p, w)
+        for i, (p, chain, layers, w) in enumerate(zip(pieces, s.chains, self.mods, s.widths)):
+            if i == s.hazard_at:
+                for kind in s.hazards:
+                    if kind == "overlapping_inputs" and extra:
+                        extra[0].mul_(2.0)
+                    elif kind in hz.WRITES:
+                        hz.write(kind, p, s.flavour)
+            with hz.region(s.hazards, i, s.hazard_at):
+                for op, mod in zip(chain, layers):
+                    p = self._apply_op(op, mod, p, w)
+            if i == s.hazard_at and "mixed_dtype" in s.hazards:
+                p = p.to(hz.other_dtype(p.dtype))
+            if "zero_dim" in s.hazards:
+                p = p * self.scale0
             outs.append(p)
-        return self._joined(outs), outs[0]
+        return self._joined(outs), outs[0], outs[-1]
 
     def _joined(self, outs: list[torch.Tensor]) -> torch.Tensor:
         s = self.spec
@@ -183,34 +224,42 @@ def _consume(t: torch.Tensor, how: str) -> torch.Tensor:
     return t.reshape(-1)
 
 
-def build(spec: RandomSpec) -> tuple[nn.Module, tuple[torch.Tensor]]:
-    """(model in eval mode, (x,)) for ``spec``, deterministic in ``spec.seed``; x is
-    (batch, sum(widths)) in ``spec.dtype``, laid out as ``spec.input_layout`` says
-    (transposed: the transpose of a (sum(widths), batch) tensor; sliced: columns of a
-    wider tensor)."""
+def build(spec: RandomSpec) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """(model in eval mode, inputs) for ``spec``, deterministic in ``spec.seed``; the
+    input ``x`` is (batch, sum(widths)) in ``spec.dtype``, laid out as
+    ``spec.input_layout`` says (transposed: the transpose of a (sum(widths), batch)
+    tensor; sliced: columns of a wider tensor). With the ``overlapping_inputs`` hazard,
+    ``x`` and a second input are overlapping column windows of one buffer
+    (``hazards.SHIFT`` columns apart)."""
+    if "custom_op_write" in spec.hazards:
+        hz.fuzz_ops()
     g = torch.Generator().manual_seed(spec.seed)
     with torch.random.fork_rng():
         torch.manual_seed(spec.seed)
         m = RandomModel(spec).eval()
     dt = DTYPES[spec.dtype]
     b, w = spec.batch, sum(spec.widths)
-    if spec.input_layout == "transposed":
-        x = torch.randn(w, b, generator=g).to(dt).t()
+    if "overlapping_inputs" in spec.hazards:
+        base = torch.randn(b, w + hz.SHIFT, generator=g).to(dt)
+        inputs: tuple[torch.Tensor, ...] = (base[:, :w], base[:, hz.SHIFT : hz.SHIFT + w])
+    elif spec.input_layout == "transposed":
+        inputs = (torch.randn(w, b, generator=g).to(dt).t(),)
     elif spec.input_layout == "sliced":
-        x = torch.randn(b, w + 3, generator=g).to(dt)[:, 1 : 1 + w]
+        inputs = (torch.randn(b, w + 3, generator=g).to(dt)[:, 1 : 1 + w],)
     else:
-        x = torch.randn(b, w, generator=g).to(dt)
+        inputs = (torch.randn(b, w, generator=g).to(dt),)
     m = m.to(dt)
+    m.scale0 = torch.tensor(1.5)  # stays float32: a 0-dim operand of another dtype than the model's
     if spec.consumer != "none":
         c = spec.consumer
         for m.consumers in ([c, c], [c, "reshape"], ["reshape", "reshape"]):
             try:
                 with torch.no_grad():
-                    m(x)
+                    m(*(t.clone() for t in inputs))  # a probe: the model may write its input
                 break
             except RuntimeError:  # eager cannot view this value: its author would have written reshape
                 continue
-    return m, (x,)
+    return m, inputs
 
 
 def dtype_supported(dtype: str) -> bool:

@@ -207,13 +207,35 @@ _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|-?(?:\.\d+|\d+(?:\.\d*)?)")
 _KEYWORDS = {"node", "edge", "graph", "digraph", "subgraph", "strict"}
 
 
+#: the longest attribute value written (characters): Graphviz's scanner refuses a token
+#: of more than 16384 bytes ("longer than 16384?"), and a label or tooltip this long is unreadable
+MAX_VALUE = 2000
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def bounded(v: str, limit: int = MAX_VALUE) -> str:
+    """``v`` made safe inside a quoted DOT string: control characters dropped (a real
+    newline or tab becomes a ``\\n`` escape or a space), characters UTF-8 cannot
+    encode (lone surrogates) replaced, and cut to ``limit`` characters with an ellipsis,
+    never inside a backslash escape (an odd number of trailing backslashes would escape
+    the closing quote)."""
+    v = v.replace("\r\n", "\\n").replace("\n", "\\n").replace("\t", " ")
+    v = _CONTROL.sub("", v)
+    if any("\ud800" <= c <= "\udfff" for c in v):
+        v = v.encode("utf-8", "replace").decode("utf-8")
+    if len(v) > limit:
+        v = v[: limit - 1]
+        v = v[: len(v) - (len(v) - len(v.rstrip("\\"))) % 2] + "…"
+    return v
+
+
 def _value(v: str) -> str:
     """A DOT attribute value: bare when it is an ID or a number, else double-quoted. Text
     values went through :func:`optimus_lens.viz.labels.dot_text` (every backslash doubled), so no quote
-    in them is escaped already; each is escaped here."""
+    in them is escaped already; each is escaped here, after :func:`bounded`."""
     if _BARE.fullmatch(v) and v.lower() not in _KEYWORDS:
         return v
-    return '"' + v.replace('"', '\\"') + '"'
+    return '"' + bounded(v).replace('"', '\\"') + '"'
 
 
 def _id(name: str) -> str:
@@ -224,7 +246,8 @@ def _id(name: str) -> str:
 def _attr_text(attrs: dict) -> str:
     """DOT attributes (an HTML-like ``<...>`` label as it is) as ``k=v`` pairs."""
     return " ".join(
-        f"{k}={v}" if k == "label" and v[:1] == "<" and v[-1:] == ">" else f"{k}={_value(v)}" for k, v in attrs.items()
+        f"{k}={v}" if k == "label" and v[:1] == "<" and v[-1:] == ">" and len(v) <= MAX_VALUE else f"{k}={_value(v)}"
+        for k, v in attrs.items()
     )
 
 

@@ -171,7 +171,7 @@ def node_tooltip(rec: NodeRecord, members: list[str] | None = None) -> str:
     if rec.module and rec.op != MODULE_OP:
         lines.append(f"module: {rec.module}" + (f" ({rec.module_type})" if rec.module_type else ""))
     if rec.source:
-        lines.append(rec.source)
+        lines.append(_cut(rec.source, 300))  # generated code can put thousands of characters on one line
     return "\\n".join(dot_text(x) for x in lines)
 
 

@@ -24,6 +24,13 @@ def add_parsers(sub) -> None:
         help="off (default): run unverified, then check O(log steps) replayed graphs; "
         "step: verify every step while running and report the first failure",
     )
+    bi.add_argument(
+        "--pattern-file",
+        action="append",
+        default=[],
+        help="a pattern file whose patterns run as one extra pass after the default pipeline "
+        "(repeatable: one pass per file, in order; optimus_lens.compile's warning names the files it ran)",
+    )
     bi.set_defaults(fn=cmd_bisect)
 
 
@@ -31,16 +38,19 @@ def cmd_bisect(a: argparse.Namespace) -> int:
     """Run the pipeline, then print the graphs checked and the first failing step (exit 1),
     or that every step matches (exit 0); with ``--trace``, the diff and repro commands next.
     With ``--stage post-grad|all`` every graph of the run (pre-grad, forward, backward) is
-    searched on its own, each against its own original on its own inputs."""
+    searched on its own, each against its own original on its own inputs. ``--pattern-file``
+    (repeatable): each file's patterns as a last pre-grad pass."""
+    from optimus_lens.frontend.patternfile import load_pattern_file, pipeline_with
     from optimus_lens.frontend.postgrad import stage_pipelines
     from optimus_lens.frontend.run import optimize
     from optimus_lens.passes import default_pipeline
     from optimus_lens.passes.post_grad import post_grad_pipeline
 
     with input_errors():
-        pre, post = stage_pipelines(
-            a.stage, default_pipeline(), post_grad_pipeline(), names_arg(a.passes), names_arg(a.skip)
-        )
+        base = default_pipeline()
+        for f in a.pattern_file:
+            base = pipeline_with(load_pattern_file(f), base=base)
+        pre, post = stage_pipelines(a.stage, base, post_grad_pipeline(), names_arg(a.passes), names_arg(a.skip))
         res = optimize(
             a.model,
             verify=a.verify,

@@ -81,7 +81,9 @@ def cmd_observe(a: argparse.Namespace) -> int:
     try:
         res = observe(name, options=options, verify=a.verify == "step", captured=captured)
     except Exception as e:  # noqa: BLE001 - upstream's passes raising is itself the finding
-        raise PatternRaised(f"PyTorch Inductor's pre-grad passes raised {type(e).__name__}: {e}") from e
+        from optimus_lens.inductor.watch import raised_text
+
+        raise PatternRaised(f"PyTorch Inductor's pre-grad passes: {raised_text(e)}") from e
     t = res.trace
     print(
         f"PyTorch Inductor pre-grad passes (torch {t.capture.get('torch')}), pre_grad_fusion_options: "

@@ -12,7 +12,11 @@ takes in every user of a created node (upstream rewrites sometimes assign ``node
 from __future__ import annotations
 
 import functools
+import os
 import re
+import sys
+import types
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,7 +25,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import _get_qualified_name
 
-from optimus_lens.core import meta
+from optimus_lens.core import effects, meta
 from optimus_lens.core.hooks import node_hooks
 from optimus_lens.core.rewriter import Listener
 from optimus_lens.core.trace import Delta, GraphSnapshot, NodeRecord, source_of
@@ -122,10 +126,163 @@ def origins(node: Node) -> list[str] | None:
     return list(out) or None
 
 
-def node_record(node: Node) -> NodeRecord:
-    """One live FX node as a plain NodeRecord (see :class:`optimus_lens.core.trace.NodeRecord`)."""
+# --------------------------------------------------------------------------- custom ops
+
+
+def op_module(target: Any) -> str | None:
+    """The module that registers a custom operator ``target`` (an ``OpOverload`` or
+    ``OpOverloadPacket`` outside torch's own namespaces): the module of the function
+    ``torch.library.custom_op`` decorated, else the module whose file the dispatcher
+    names as the op's registration (``torch.library.Library.define``); ``"__main__"`` for
+    a script; None for torch's own ops, other targets, or an op whose registration no
+    loaded module holds. A rebuild imports it to resolve ``torch.ops.ns.name``."""
+    if not isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return None
+    return _op_module(target)
+
+
+@functools.lru_cache(maxsize=1024)
+def _op_module(target: Any) -> str | None:
+    qualname = target._qualified_op_name if isinstance(target, torch._ops.OpOverloadPacket) else target._schema.name
+    ns = qualname.split("::")[0]
+    if ns in ("aten", "prim", "prims", "quantized", "profiler", "inductor", "_c10d_functional", "c10d", "higher_order"):
+        return None
+    from torch._library.custom_ops import OPDEFS
+
+    opdef = OPDEFS.get(qualname)
+    if opdef is not None:
+        return getattr(opdef._init_fn, "__module__", None)
+    try:
+        dump = torch._C._dispatch_dump(qualname)
+    except RuntimeError:
+        return None
+    m = re.search(r"registered at (.+?):\d+", dump)
+    if not m:
+        return None
+    file = os.path.realpath(m.group(1))
+    if file.startswith(os.path.realpath(os.path.dirname(torch.__file__)) + os.sep):
+        return None  # registered by torch itself (its own ops, or a library helper)
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None)
+        if f and os.path.realpath(f) == file:
+            return name
+    return None
+
+
+# --------------------------------------------------------------------------- program order
+
+#: modules whose plain Python functions are known not to hide side effects (a user's
+#: function called in the graph, e.g. through ``allow_in_graph``, may write anything)
+_KNOWN_MODULES = ("torch", "operator", "_operator", "math", "builtins", "functools")
+
+
+def has_side_effects(node: Node) -> bool:
+    """True when ``node``'s place in program order matters beyond its data edges: it writes
+    into an input (a mutable schema: ``aten.mul_.Tensor``, a custom op declared with
+    ``mutates_args``; ``x.add_()``, ``inplace=True``, ``out=``: :func:`optimus_lens.core.effects.has_side_effects`),
+    changes global state (``torch._C._set_grad_enabled``, ``_enter_autocast`` /
+    ``_exit_autocast``, an op registered as effectful), draws random numbers, or is a
+    call whose effects are unknown (a module call, a plain Python function from outside
+    torch). FX's own purity test (``Node.is_impure``, which reads the op's schema) decides
+    for ops. Placeholders, ``get_attr`` and the output are not side effects here (the
+    rebuilt graph places them first and last anyway)."""
+    if node.op in ("placeholder", "output", "get_attr", "root"):
+        return False
+    if effects.has_side_effects(node):  # writes, state, random numbers, or unknown (a module call)
+        return True
+    if node.op != "call_function":
+        return False
+    try:
+        if node.is_impure():
+            return True
+    except Exception:  # noqa: BLE001 - a target FX cannot judge is judged below
+        pass
+    t = node.target
+    if isinstance(t, types.FunctionType):
+        return (getattr(t, "__module__", None) or "").split(".")[0] not in _KNOWN_MODULES
+    return False
+
+
+class ProgramOrder:
+    """Per live graph, for every node the name of the latest node with side effects
+    before it in program order (``after``; None before the first), kept so a trace can
+    rebuild a graph in an order that computes what the live graph computes
+    (:attr:`optimus_lens.core.trace.NodeRecord.after`). ``effect`` caches
+    :func:`has_side_effects` per node. :meth:`scan` is O(nodes); a graph with no node
+    with side effects is never scanned again (:meth:`changed` is O(1) for it)."""
+
+    def __init__(self) -> None:
+        self.after: dict[Node, str | None] = {}
+        self.effect: dict[Node, bool] = {}
+        self.count = 0  # nodes with side effects, as of the last scan or change
+
+    def is_effect(self, n: Node) -> bool:
+        hit = self.effect.get(n)
+        if hit is None:
+            hit = self.effect[n] = has_side_effects(n)
+        return hit
+
+    def scan(self, graph: Graph) -> list[Node]:
+        """Recompute ``after`` for every node of ``graph``; returns the nodes whose value
+        changed (or is new)."""
+        changed = []
+        last: str | None = None
+        count = 0
+        after = self.after
+        for n in graph.nodes:
+            if after.get(n, "") != last:
+                changed.append(n)
+                after[n] = last
+            if self.is_effect(n):
+                last = n.name
+                count += 1
+        self.count = count
+        return changed
+
+    def changed(self, graph: Graph, created: list[Node], erased: list[Node], touched: list[Node]) -> list[Node]:
+        """After a step that created, erased and touched these nodes: the live nodes whose
+        ``after`` (or side-effect status) is no longer what the last records said."""
+        for n in erased:
+            if self.effect.pop(n, False):
+                self.count -= 1
+            self.after.pop(n, None)
+        flipped = []
+        for n in touched:
+            was = self.effect.pop(n, None)
+            now = self.is_effect(n)
+            if was is None and now:
+                self.count += 1
+            elif was is not None and was != now:
+                self.count += 1 if now else -1
+                flipped.append(n)
+        if self.count <= 0:
+            for n in created:
+                self.after[n] = None
+            return flipped
+        return flipped + self.scan(graph)
+
+
+_ORDERS: weakref.WeakKeyDictionary[Graph, ProgramOrder] = weakref.WeakKeyDictionary()
+
+
+def program_order(graph: Graph) -> ProgramOrder:
+    """The :class:`ProgramOrder` kept for ``graph`` (scanned when first asked for)."""
+    order = _ORDERS.get(graph)
+    if order is None:
+        order = _ORDERS[graph] = ProgramOrder()
+        order.scan(graph)
+    return order
+
+
+def node_record(node: Node, order: ProgramOrder | None = None) -> NodeRecord:
+    """One live FX node as a plain NodeRecord (see :class:`optimus_lens.core.trace.NodeRecord`);
+    ``order`` is its graph's :class:`ProgramOrder` (looked up when not given)."""
     v = meta.value(node)
     mod, mod_type = module_path(node)
+    if order is None:
+        order = program_order(node.graph)
+    if node not in order.after:
+        order.scan(node.graph)
     return NodeRecord(
         name=node.name,
         op=node.op,
@@ -142,12 +299,18 @@ def node_record(node: Node) -> NodeRecord:
         device=_device(v),
         seq_nr=node.meta.get("seq_nr") if isinstance(node.meta.get("seq_nr"), int) else None,
         from_node=origins(node),
+        after=order.after.get(node),
+        effects=order.is_effect(node),
+        target_module=op_module(node.target) if node.op == "call_function" else None,
     )
 
 
 def snapshot_graph(graph: Graph) -> GraphSnapshot:
-    """The whole graph as a GraphSnapshot (O(nodes))."""
-    return GraphSnapshot(node_record(n) for n in graph.nodes)
+    """The whole graph as a GraphSnapshot (O(nodes)); starts keeping ``graph``'s program
+    order (:class:`ProgramOrder`) for the deltas of later steps."""
+    order = _ORDERS[graph] = ProgramOrder()
+    order.scan(graph)
+    return GraphSnapshot(node_record(n, order) for n in graph.nodes)
 
 
 class Recording:
@@ -181,10 +344,22 @@ class Recording:
 
     def delta(self) -> Delta:
         """The change as a Delta: erased names (that existed before the scope) and the
-        records of every touched live node."""
+        records of every touched live node, and of every live node whose place relative
+        to the nodes with side effects changed (:class:`ProgramOrder`: a node moved
+        across an in-place write, or a node after a created or erased one)."""
         created_ids = {id(n) for n in self.created}
         removed = [n.name for n in self.erased if id(n) not in created_ids]
-        return Delta(upsert=[node_record(n) for n in self.touched()], remove=removed)
+        touched = self.touched()
+        graph = next((n.graph for n in (*touched, *self.erased)), None)
+        if graph is not None and graph in _ORDERS:
+            seen = {id(n) for n in touched}
+            created = self.created_alive()
+            for n in _ORDERS[graph].changed(graph, created, self.erased, touched):
+                if id(n) not in seen and not n._erased:
+                    seen.add(id(n))
+                    touched.append(n)
+        order = _ORDERS.get(graph) if graph is not None else None
+        return Delta(upsert=[node_record(n, order) for n in touched], remove=removed)
 
 
 class RecordingListener(Listener):

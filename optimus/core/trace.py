@@ -26,7 +26,7 @@ fields and loads as a pre-grad trace.
 
 A NodeRecord is written as ``{"name", "op", "target", "args", "kwargs", "inputs",
 "shape", "dtype", "module", "module_type", "source", "stride", "device", "seq_nr",
-"from_node"}`` less the fields at their default
+"from_node", "after", "effects", "target_module"}`` less the fields at their default
 (empty or null) and less ``inputs`` where it follows from ``args``/``kwargs``
 (:meth:`NodeRecord.to_json`); readers accept records with or without them. A step's
 delta holds only the nodes the step created or rewired.
@@ -57,6 +57,10 @@ class TraceFormatError(ValueError):
 # --------------------------------------------------------------------------- nodes
 
 
+#: the NodeRecord fields a record writes only when set
+_WRITTEN_WHEN_SET = "shape dtype module module_type source stride device seq_nr from_node after target_module".split()
+
+
 @dataclass(slots=True)
 class NodeRecord:
     """One FX node as plain data.
@@ -73,8 +77,16 @@ class NodeRecord:
     recorded, and for non-tensor outputs). ATen nodes (the post-grad graphs) also carry
     AOTAutograd's ``seq_nr`` (the autograd node a forward op and the backward ops of its
     gradient share; None where the node has none) and ``from_node``, the names of the
-    pre-grad nodes it came from (the roots of its ``meta["from_node"]`` chain; None where
-    it has none).
+    pre-grad nodes it came from (the roots of its ``meta["from_node"]`` chain, or None).
+
+    Program order, where it matters: ``effects`` is True for a node with side effects (an
+    in-place write, a custom op that mutates its arguments, ``_set_grad_enabled``, autocast
+    enter/exit: :func:`optimus_lens.core.record.has_side_effects`), and ``after`` names
+    the latest such node before this one in the live graph (None before the first). A
+    graph rebuilt from records (:func:`optimus_lens.debug.rebuild.graph_order`) keeps
+    every node between the same two nodes with side effects, so reads and writes stay in
+    the order that ran. ``target_module`` names the module that registers a custom op
+    target (``torch.ops.ns.name``), for a rebuild to import.
     """
 
     name: str
@@ -92,6 +104,9 @@ class NodeRecord:
     device: str | None = None
     seq_nr: int | None = None
     from_node: list[str] | None = None
+    after: str | None = None
+    effects: bool = False
+    target_module: str | None = None
 
     def to_json(self) -> dict:
         """Compact JSON form: fields at their default (empty args/kwargs, None shape,
@@ -105,10 +120,12 @@ class NodeRecord:
             d["kwargs"] = self.kwargs
         if self.inputs and self.inputs != refs_in(self.args, self.kwargs):
             d["inputs"] = self.inputs
-        for k in ("shape", "dtype", "module", "module_type", "source", "stride", "device", "seq_nr", "from_node"):
+        for k in _WRITTEN_WHEN_SET:
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
+        if self.effects:
+            d["effects"] = True
         return d
 
     @classmethod
@@ -132,6 +149,9 @@ class NodeRecord:
             d.get("device"),
             d.get("seq_nr"),
             d.get("from_node"),
+            d.get("after"),
+            bool(d.get("effects", False)),
+            d.get("target_module"),
         )
 
     @property

@@ -1,5 +1,12 @@
 """Numeric and structural equivalence checks of a rewritten graph against the original.
 
+What a user's program sees is checked, not only output values: every run is on pristine
+copies of the example inputs that keep their aliasing (each distinct storage cloned once,
+every input rebuilt as a view of its clone: :mod:`optimus_lens.core.storage`), so the
+caller's tensors are never written and two inputs that are views of one buffer stay so;
+a check compares output values and dtypes, output strides, which outputs overlap inputs
+or each other, and the inputs' values after the call (in-place writes), then gradients.
+
 Every run is seeded (``torch.manual_seed(SEED)`` before each execution), so random ops
 such as dropout in training mode draw the same numbers in the original and the
 rewritten graph when the rewrite keeps their order; where it cannot (a batched dropout
@@ -9,13 +16,19 @@ reporting a false failure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.fx import GraphModule, Interpreter
 from torch.utils._pytree import tree_leaves
 
-from optimus_lens.core.effects import is_mutating
+from optimus_lens.core.storage import (
+    clone_preserving_aliases,
+    overlap_difference,
+    overlap_signature,
+    plain_storage,
+    storage_key,
+)
 from optimus_lens.core.trace import VerifyResult
 
 SEED = 0
@@ -29,36 +42,121 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 
 
-def run_graph(gm: GraphModule, inputs: tuple, grads: bool = False):
-    """Execute ``gm`` node by node (``torch.fx.Interpreter``: no recompile needed) with
-    the seed fixed, on copies of the inputs when the graph writes in place
-    (:func:`writes_in_place`). With ``grads``, also returns d(sum of outputs * fixed weights)/d(input)
-    for every floating-point input that requires grad (parameters are placeholders of the
-    captured graph, so weight gradients are included). Returns (outputs, grads list)."""
+@dataclass
+class Run:
+    """One execution of a graph on copies of its inputs (:func:`execute`): the outputs
+    (flat), the gradients (one per floating-point input, None where it does not reach
+    the loss; empty without ``grads``), the input copies after the call (flat, the
+    graph's in-place writes in them) and which outputs overlap inputs or each other
+    (:func:`optimus_lens.core.storage.overlap_signature`)."""
+
+    outputs: list
+    grads: list
+    inputs_after: list
+    overlaps: list
+
+
+def execute(fn, inputs: tuple, grads: bool = False, wrt: str = "floating") -> Run:
+    """Call ``fn(*copies)`` with the seed fixed, where ``copies`` are pristine copies of
+    ``inputs`` that keep their aliasing (:func:`optimus_lens.core.storage.clone_preserving_aliases`):
+    the caller's tensors are never written, and two inputs that are views of one buffer
+    stay views of one (copied) buffer, so a write through one is read through the other
+    as in the caller's program. ``fn`` is a GraphModule (run node by node with
+    ``torch.fx.Interpreter``: no recompile needed) or any callable.
+
+    With ``grads``, also returns d(sum of outputs * fixed weights)/d(input) for every
+    floating-point input (parameters are placeholders of the captured graph, so weight
+    gradients are included). Inputs that share a storage are views of one leaf of that
+    storage (a write into one is a write into the leaf's differentiable copy), and each
+    input's gradient is the leaf's gradient seen through the input's view.
+    ``wrt="requires_grad"`` instead takes gradients only for the inputs that require grad,
+    run as the leaves they are (a compiled callable is specialised on which inputs
+    require grad: ``optimus_lens.compile``'s first-call check)."""
     torch.manual_seed(SEED)
-    writes = writes_in_place(gm)
-    if writes:  # each run gets its own copies: a run must not see the last one's writes
-        inputs = tuple(x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs)
+    run = Interpreter(fn).run if isinstance(fn, GraphModule) else fn
+    work = clone_preserving_aliases(tuple(inputs))
     if not grads:
         with torch.no_grad():
-            return tree_leaves(Interpreter(gm).run(*inputs)), []
-    leaves = [
-        x.detach().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs
-    ]
-    # autograd refuses an in-place write to a leaf; the graph writes into a differentiable copy
-    run_on = [x.clone() if writes and isinstance(x, torch.Tensor) and x.requires_grad else x for x in leaves]
-    outs = tree_leaves(Interpreter(gm).run(*run_on))
+            outs = tree_leaves(run(*work))
+        return Run(outs, [], list(work), overlap_signature(outs, work))
+    if wrt == "requires_grad":
+        run_on = list(work)
+        leaves = [x for x in work if isinstance(x, torch.Tensor) and x.requires_grad]
+        views: list = [(x, None) for x in leaves]
+    else:
+        run_on, leaves, views = _differentiable(work)
+    outs = tree_leaves(run(*run_on))
+    sig = overlap_signature(outs, run_on)
+    after = [x.detach() if isinstance(x, torch.Tensor) else x for x in run_on]
     gen = torch.Generator().manual_seed(SEED + 1)
     loss = sum(
         (o.float() * torch.rand(o.shape, generator=gen)).sum()
         for o in outs
         if isinstance(o, torch.Tensor) and o.is_floating_point() and o.requires_grad
     )
-    wrt = [x for x in leaves if isinstance(x, torch.Tensor) and x.requires_grad]
-    if isinstance(loss, int) or not wrt:
-        return [o.detach() if isinstance(o, torch.Tensor) else o for o in outs], []
-    gs = torch.autograd.grad(loss, wrt, allow_unused=True)
-    return [o.detach() for o in outs], [g for g in gs]
+    detached = [o.detach() if isinstance(o, torch.Tensor) else o for o in outs]
+    if isinstance(loss, int) or not leaves:
+        return Run(detached, [], after, sig)
+    gs = torch.autograd.grad(loss, leaves, allow_unused=True)
+    by_leaf = dict(zip((id(w) for w in leaves), gs))
+    out_grads = []
+    for leaf, view in views:
+        g = by_leaf.get(id(leaf))
+        out_grads.append(None if g is None else (g if view is None else g.as_strided(*view)))
+    return Run(detached, out_grads, after, sig)
+
+
+def _differentiable(work: tuple) -> tuple[list, list, list]:
+    """(the values to run on, the leaves gradients are taken with respect to, and per
+    floating-point input its leaf and the view of it (size, stride, offset) or None
+    when the leaf is the input itself).
+
+    Floating-point inputs that share a storage with another input become views of one
+    leaf over the whole storage: the graph runs on views of the leaf's clone, so an
+    in-place write is allowed (autograd refuses a write into a leaf) and reaches every
+    alias. An input alone in its storage is its own leaf, run on its clone."""
+    groups: dict[tuple, list[int]] = {}
+    for i, x in enumerate(work):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and plain_storage(x):
+            groups.setdefault(storage_key(x), []).append(i)
+    run_on = list(work)
+    wrt: list = []
+    views: list = []
+    shared: dict[int, tuple] = {}
+    for members in groups.values():
+        dtypes = {work[i].dtype for i in members}
+        if len(members) < 2 or len(dtypes) != 1:
+            continue
+        first = work[members[0]]
+        n = first.untyped_storage().nbytes() // first.element_size()
+        with torch.no_grad():
+            flat = torch.empty(0, dtype=first.dtype, device=first.device).set_(first.untyped_storage(), 0, (n,), (1,))
+        leaf = flat.detach().requires_grad_(True)
+        src = leaf.clone()
+        wrt.append(leaf)
+        for i in members:
+            x = work[i]
+            view = (tuple(x.size()), tuple(x.stride()), x.storage_offset())
+            run_on[i] = src.as_strided(*view)
+            shared[i] = (leaf, view)
+    for i, x in enumerate(work):
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
+            continue
+        if i in shared:
+            views.append(shared[i])
+            continue
+        leaf = x.detach().requires_grad_(True)
+        run_on[i] = leaf.clone()  # autograd refuses an in-place write into a leaf
+        wrt.append(leaf)
+        views.append((leaf, None))
+    return run_on, wrt, views
+
+
+def run_graph(gm: GraphModule, inputs: tuple, grads: bool = False):
+    """(outputs, gradients) of :func:`execute`: ``gm`` run on pristine copies of
+    ``inputs`` that keep their aliasing."""
+    r = execute(gm, inputs, grads)
+    return r.outputs, r.grads
 
 
 class OriginalRunError(ValueError):
@@ -66,43 +164,45 @@ class OriginalRunError(ValueError):
     nothing to verify against (the CLI exits 2 with this message)."""
 
 
-def writes_in_place(gm: GraphModule) -> bool:
-    """True when some node of ``gm`` writes in place (``add_``, ``x[i] = v``,
-    ``inplace=True``, ``out=``: :func:`optimus_lens.core.effects.is_mutating`); then
-    :func:`run_graph` runs it on copies of the inputs, so the caller's tensors and the
-    next run's inputs keep their values."""
-    return any(n.op in ("call_function", "call_method") and is_mutating(n) for n in gm.graph.nodes)
-
-
 @dataclass
 class Reference:
-    """The original graph's outputs (and gradients) on the example inputs, computed once;
-    for a graph with symbolic sizes also its outputs on ``second_inputs``, inputs of
-    another shape (None when the graph has none, or no other shape runs)."""
+    """The original graph's run on the example inputs, computed once: outputs (and
+    gradients), which outputs overlap inputs or each other (``overlaps``), and the
+    inputs it writes (``written``: per flat input, its value after the call, None where
+    the call leaves it unchanged); for a graph with symbolic sizes also its outputs on
+    ``second_inputs``, inputs of another shape (None when the graph has none, or no
+    other shape runs)."""
 
     outputs: list
     grads: list
     deterministic: bool
     second_inputs: tuple | None = None
     second_outputs: list | None = None
+    overlaps: list = field(default_factory=list)
+    written: list = field(default_factory=list)
 
 
 def reference(gm: GraphModule, inputs: tuple, grads: bool = False) -> Reference:
-    """Run the original graph twice with the same seed; ``deterministic`` is False when
-    the two runs differ (e.g. an unseeded random op), in which case nothing can be compared.
-    Raises :class:`OriginalRunError` when the original graph itself raises.
+    """Run the original graph twice with the same seed, each time on pristine copies of
+    ``inputs`` that keep their aliasing (:func:`execute`); ``deterministic`` is False
+    when the two runs differ (e.g. an unseeded random op), in which case nothing can be
+    compared. Raises :class:`OriginalRunError` when the original graph itself raises.
     When the graph has symbolic sizes (:func:`has_symbolic_sizes`) it also runs on the
     first input shape :func:`other_shapes` offers that the original graph accepts."""
     try:
-        a, ga = run_graph(gm, inputs, grads)
-        b, _ = run_graph(gm, inputs, False)
+        a = execute(gm, inputs, grads)
+        b = execute(gm, inputs, False)
     except Exception as e:  # noqa: BLE001 - the model's own failure, said plainly
         raise OriginalRunError(
             f"the original graph raised {type(e).__name__} on the example inputs"
             f"{' computing gradients (--grads)' if grads else ''}: {e}"
         ) from e
-    same = len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    ref = Reference(a, ga, same)
+    same = (
+        len(a.outputs) == len(b.outputs)
+        and all(_equal(x, y) for x, y in zip(a.outputs, b.outputs))
+        and all(_equal(x, y) for x, y in zip(a.inputs_after, b.inputs_after))
+    )
+    ref = reference_of(a, inputs, same)
     if same and has_symbolic_sizes(gm):
         for other in other_shapes(gm, inputs):
             try:
@@ -112,6 +212,14 @@ def reference(gm: GraphModule, inputs: tuple, grads: bool = False) -> Reference:
             ref.second_inputs = other
             break
     return ref
+
+
+def reference_of(run: Run, inputs: tuple, deterministic: bool = True) -> Reference:
+    """The :class:`Reference` a run of the original program gives (``run`` from
+    :func:`execute` on ``inputs``): its outputs, gradients, overlaps, and the inputs it
+    wrote (compared with ``inputs``, which :func:`execute` never writes)."""
+    written = [None if _equal(after, before) else after for after, before in zip(run.inputs_after, list(inputs))]
+    return Reference(run.outputs, run.grads, deterministic, overlaps=run.overlaps, written=written)
 
 
 SIZE_METHODS = {"size", "dim", "numel", "shape"}
@@ -252,10 +360,14 @@ def _equal(x, y) -> bool:
     if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
         if x.shape != y.shape or x.dtype != y.dtype:
             return False
+        if torch.equal(x, y):
+            return True
         if x.is_floating_point() or x.is_complex():
             return bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all())
-        return torch.equal(x, y)
-    return x == y
+        return False
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return False
+    return bool(x == y)
 
 
 def compare_outputs(expected: list, actual: list, what: str = "output") -> VerifyResult:
@@ -282,7 +394,10 @@ def compare_outputs(expected: list, actual: list, what: str = "output") -> Verif
             if e != a:
                 return VerifyResult(False, None, None, what + "s", f"{what} {i}: {a!r} != {e!r}")
             continue
-        if e.shape != a.shape or e.dtype != a.dtype:
+        if e.shape == a.shape and e.dtype != a.dtype:
+            kind = "dtypes" if what == "output" else what + "s"
+            return VerifyResult(False, None, None, kind, f"{what} {i}: dtype {a.dtype} instead of {e.dtype}")
+        if e.shape != a.shape:
             return VerifyResult(
                 False,
                 None,
@@ -314,11 +429,47 @@ def compare_outputs(expected: list, actual: list, what: str = "output") -> Verif
     return VerifyResult(ok, max_abs, max_rel, what + "s", msg)
 
 
+def compare_inputs(inputs: tuple, written: list, after: list) -> VerifyResult | None:
+    """A failed "input-writes" VerifyResult naming the first input whose value after the
+    call differs from the original graph's (``written``: the original's after-call value,
+    None where the original leaves the input as it was in ``inputs``), or None.
+    Values compare with the outputs' tolerances (:func:`compare_outputs`)."""
+    for i, (before, want, got) in enumerate(zip(inputs, written, after)):
+        expected = before if want is None else want
+        if not isinstance(expected, torch.Tensor) or not isinstance(got, torch.Tensor) or _equal(expected, got):
+            continue
+        res = compare_outputs([expected.detach()], [got.detach()], "input")
+        if res.ok:
+            continue
+        if want is None:
+            how = "the original leaves it unchanged, the rewritten graph writes it"
+        elif _equal(before, got):
+            how = "the original writes it, the rewritten graph leaves it unchanged"
+        else:
+            how = "both write it, with other values"
+        err = f"max abs err {res.max_abs_err:.3g}; " if res.max_abs_err is not None else ""
+        return VerifyResult(
+            False,
+            res.max_abs_err,
+            res.max_rel_err,
+            "input-writes",
+            f"input {i} after the call differs: {err}{how}",
+        )
+    return None
+
+
 def check(gm: GraphModule, inputs: tuple, ref: Reference, grads: bool = False) -> VerifyResult:
-    """Lint ``gm`` and compare its outputs (and gradients, with ``grads``) with ``ref``:
-    values first, then the outputs' strides (a failure ``checked="layout"``: eager gives a
-    caller these strides), then, when ``ref`` has them, the outputs on inputs of a second
-    shape (``checked="second-shape"``: a rewrite that fixed a symbolic size fails there).
+    """Lint ``gm``, run it on pristine copies of ``inputs`` that keep their aliasing
+    (:func:`execute`) and compare with ``ref``, in this order (the first difference is
+    the result, its message naming what differs):
+
+    * output values and dtypes (``checked="outputs"``; ``output 0: dtype bfloat16 instead of float32``);
+    * the outputs' strides (``"layout"``: eager gives a caller these strides);
+    * which outputs overlap inputs or each other (``"aliasing"``: ``output 0 now overlaps input 0``);
+    * the inputs' values after the call (``"input-writes"``: ``input 1 after the call differs: ...``);
+    * when ``ref`` has them, the outputs on inputs of a second shape (``"second-shape"``:
+      a rewrite that fixed a symbolic size fails there);
+    * with ``grads``, the gradients (``"outputs+grads"``).
 
     Never raises for a broken graph: a lint error or an exception while running is
     returned as a failed VerifyResult carrying the message.
@@ -332,12 +483,10 @@ def check(gm: GraphModule, inputs: tuple, ref: Reference, grads: bool = False) -
     except Exception as e:  # noqa: BLE001 - reported, not hidden
         return VerifyResult(False, None, None, "lint", f"graph lint: {e}")
     try:
-        outs, gs = run_graph(gm, inputs, grads and bool(ref.grads))
+        run = execute(gm, inputs, grads and bool(ref.grads))
     except Exception as e:  # noqa: BLE001
         return VerifyResult(False, None, None, "outputs", f"running the graph raised {type(e).__name__}: {e}")
-    res = compare_outputs(ref.outputs, outs)
-    if res.ok:
-        res = compare_layout(ref.outputs, outs) or res
+    res = compare_run(ref, run, inputs)
     if res.ok and ref.second_inputs is not None:
         shapes = [tuple(x.shape) for x in ref.second_inputs if isinstance(x, torch.Tensor)][:3]
         try:
@@ -359,12 +508,35 @@ def check(gm: GraphModule, inputs: tuple, ref: Reference, grads: bool = False) -
             )
         res = VerifyResult(res.ok, res.max_abs_err, res.max_rel_err, res.checked + "+second-shape", res.message)
     if res.ok and grads and ref.grads:
-        g = compare_outputs(ref.grads, gs, "gradient")
-        return VerifyResult(
-            g.ok,
-            max(res.max_abs_err or 0, g.max_abs_err or 0),
-            max(res.max_rel_err or 0, g.max_rel_err or 0),
-            "outputs+grads",
-            g.message,
-        )
+        return with_grads(res, ref, run)
     return res
+
+
+def compare_run(ref: Reference, run: Run, inputs: tuple) -> VerifyResult:
+    """``run`` (of a rewritten program on ``inputs``) against ``ref`` (the original's):
+    output values and dtypes, then output strides, then which outputs overlap inputs or
+    each other, then the inputs' values after the call; the first difference wins
+    (see :func:`check`). Gradients are :func:`with_grads`'s."""
+    res = compare_outputs(ref.outputs, run.outputs)
+    if res.ok:
+        res = compare_layout(ref.outputs, run.outputs) or res
+    if res.ok and ref.overlaps:
+        differs = overlap_difference(ref.overlaps, run.overlaps)
+        if differs:
+            return VerifyResult(False, res.max_abs_err, res.max_rel_err, "aliasing", differs)
+    if res.ok and ref.written:
+        res = compare_inputs(tuple(inputs), ref.written, run.inputs_after) or res
+    return res
+
+
+def with_grads(res: VerifyResult, ref: Reference, run: Run) -> VerifyResult:
+    """``res`` (a passing comparison of outputs) extended by the gradients of ``run``
+    against ``ref``'s (``checked="outputs+grads"``; errors the larger of both)."""
+    g = compare_outputs(ref.grads, run.grads, "gradient")
+    return VerifyResult(
+        g.ok,
+        max(res.max_abs_err or 0, g.max_abs_err or 0),
+        max(res.max_rel_err or 0, g.max_rel_err or 0),
+        "outputs+grads",
+        g.message,
+    )

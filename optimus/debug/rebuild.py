@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -40,10 +41,64 @@ class RebuildError(ValueError):
 # --------------------------------------------------------------------------- targets
 
 
-@functools.lru_cache(maxsize=1024)
-def resolve_target(name: str) -> Any:
+def resolve_target(name: str, module: str | None = None) -> Any:
     """The callable a qualified name (as :func:`optimus_lens.core.record.target_name` writes it)
-    names: the longest importable module prefix, then attributes. Raises RebuildError."""
+    names: the longest importable module prefix, then attributes. A custom op
+    (``torch.ops.ns.name`` or ``torch.ops.ns.name.overload``) exists once the module that
+    registers it ran: ``module`` (the record's ``target_module``) is imported first when
+    the op is not found (with the current directory on ``sys.path``, as model specs are).
+    Raises RebuildError, naming the module to import when a custom op stays unknown."""
+    try:
+        return _resolve(name)
+    except RebuildError:
+        if not name.startswith("torch.ops."):
+            raise
+    op = "::".join(name.split(".")[2:4])
+    if module is None:
+        raise RebuildError(
+            f"cannot resolve target {name!r}: the custom op {op} is not registered, and the trace does not "
+            "name the module that registers it; import that module (the one calling torch.library.custom_op "
+            "or Library.define for it) before rebuilding"
+        ) from None
+    why = _import(module)
+    _resolve.cache_clear()
+    try:
+        return _resolve(name)
+    except RebuildError:
+        raise RebuildError(
+            f"cannot resolve target {name!r}: the custom op {op} is registered by module {module!r}; "
+            + (f"importing it failed ({why}): make it importable" if why else "importing it did not register it")
+            + (
+                " (it was the script that ran the model: import its op definitions from a module)"
+                if module == "__main__"
+                else ""
+            )
+        ) from None
+
+
+def _import(module: str) -> str:
+    """Import ``module`` with the current directory on ``sys.path``; "" on success, else why not."""
+    import os
+    import sys
+
+    if module == "__main__":
+        return "__main__ is the script that recorded the trace"
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        importlib.import_module(module)
+        return ""
+    except Exception as e:  # noqa: BLE001 - said in the error
+        return f"{type(e).__name__}: {e}"
+    finally:
+        if added:
+            sys.path.remove(cwd)
+
+
+@functools.lru_cache(maxsize=1024)
+def _resolve(name: str) -> Any:
     parts = name.split(".")
     if name.startswith("torch.ops."):
         _register_aten_namespaces()
@@ -126,18 +181,69 @@ def _args(rec: NodeRecord, nodes: dict[str, Node]) -> tuple[tuple, dict]:
 
 
 def graph_order(snap: GraphSnapshot) -> list[NodeRecord]:
-    """The records in an order FX accepts: placeholders first (in snapshot order), then
-    every other node after its inputs, depth first in snapshot order (so a node a step
-    created comes just before its first user), the output last. Raises RebuildError for
-    a reference to a node not in the snapshot, or a cycle."""
+    """The records in an order FX accepts and that computes what the recorded graph
+    computed: placeholders first (in snapshot order), then every other node after its
+    inputs, depth first in snapshot order (so a node a step created comes just before its
+    first user), the output last; and every node kept between the same two nodes with
+    side effects as in the live graph (:attr:`NodeRecord.after`, :func:`order_edges`), so
+    a read never moves across an in-place write, nor a node into or out of a
+    ``no_grad``/autocast region. Raises RebuildError for a reference to a node not in the
+    snapshot, or a cycle through data edges. A snapshot whose order marks contradict its
+    edges (a trace written by an older recorder) is ordered by its edges alone."""
+    extra = order_edges(snap)
+    try:
+        return _order(snap, extra)
+    except RebuildError:
+        if not extra:
+            raise
+        return _order(snap, {})
+
+
+def order_edges(snap: GraphSnapshot) -> dict[str, list[str]]:
+    """name -> the names that must come before it besides its inputs: a node after the
+    side-effect node its ``after`` names, and the next side-effect node after every node
+    of the stretch before it. Empty when no record has side effects."""
+    recs = snap.nodes
+    effects = [r for r in recs.values() if r.effects]
+    if not effects:
+        return {}
+    # the chain of side-effect nodes, each after the one its `after` names (snapshot order breaks ties)
+    following: dict[str | None, str] = {}
+    for r in effects:
+        prev = r.after if r.after in recs else None
+        while prev in following:  # two claim the same predecessor: chain them in snapshot order
+            prev = following[prev]
+        following[prev] = r.name
+    preceding = {v: k for k, v in following.items()}
+    extra: dict[str, list[str]] = {}
+    for r in recs.values():
+        if r.op in ("placeholder", "output"):
+            continue
+        prev = r.after if r.after in recs else None
+        if r.effects:
+            prev = preceding.get(r.name)
+        if prev is not None:
+            extra.setdefault(r.name, []).append(prev)
+        nxt = following.get(prev)
+        if nxt is not None and nxt != r.name and not r.effects:
+            extra.setdefault(nxt, []).append(r.name)
+    return extra
+
+
+def _order(snap: GraphSnapshot, extra: dict[str, list[str]]) -> list[NodeRecord]:
     recs = snap.nodes
     out: list[NodeRecord] = [r for r in recs.values() if r.op == "placeholder"]
     done = {r.name for r in out}
     active: set[str] = set()
+
+    def before(rec: NodeRecord) -> Iterator[str]:
+        yield from rec.inputs
+        yield from extra.get(rec.name, ())
+
     for root in recs.values():
         if root.name in done or root.op == "output":
             continue
-        stack = [(root, iter(root.inputs))]
+        stack = [(root, before(root))]
         active.add(root.name)
         while stack:
             rec, it = stack[-1]
@@ -153,7 +259,7 @@ def graph_order(snap: GraphSnapshot) -> list[NodeRecord]:
             if nxt not in recs:
                 raise RebuildError(f"{rec.name!r} reads {nxt!r}, which is not in the snapshot")
             active.add(nxt)
-            stack.append((recs[nxt], iter(recs[nxt].inputs)))
+            stack.append((recs[nxt], before(recs[nxt])))
     out += [r for r in recs.values() if r.op == "output"]
     return out
 
@@ -178,7 +284,7 @@ def graph_module(snap: GraphSnapshot, attrs: dict[str, torch.Tensor] | None = No
         if rec.op == "output":
             nodes[rec.name] = g.output(args[0] if len(args) == 1 else args)
             continue
-        target = resolve_target(rec.target) if rec.op == "call_function" else rec.target
+        target = resolve_target(rec.target, rec.target_module) if rec.op == "call_function" else rec.target
         n = g.create_node(rec.op, target, args, kwargs, name=rec.name)
         nodes[rec.name] = n
     return GraphModule(root, g, "Rebuilt")

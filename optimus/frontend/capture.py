@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.fx import GraphModule
 
+from optimus_lens.core.storage import clone_preserving_aliases
+
 METHODS = ("dynamo", "symbolic")
 
 
@@ -222,12 +224,13 @@ def _log_summary(c: Captured) -> str:
 def _copied(inputs: tuple) -> tuple:
     """A deep copy of the example inputs, so that a capture never changes the caller's
     objects (an input may cache values derived from its tensors, as torchrec's
-    KeyedJaggedTensor does in ``to_dict()``); the inputs themselves if they cannot be
-    copied."""
+    KeyedJaggedTensor does in ``to_dict()``; ``deepcopy`` keeps inputs that share a
+    storage sharing one); where an input cannot be deep-copied (a non-leaf tensor), its
+    tensors are copied storage by storage and other objects are shared."""
     try:
         return copy.deepcopy(inputs)
-    except Exception:  # noqa: BLE001 - an uncopyable input is used as it is
-        return inputs
+    except Exception:  # noqa: BLE001 - e.g. a non-leaf tensor: copy the tensors storage by storage
+        return clone_preserving_aliases(inputs)
 
 
 def _dynamo(
@@ -241,9 +244,16 @@ def _dynamo(
     from torch._dynamo.utils import counters
 
     graphs: list[tuple[GraphModule, tuple]] = []
+    state = _StateGuard(model)
 
     def backend(gm: GraphModule, ex):
-        graphs.append((gm, tuple(_concrete(e) for e in ex)))
+        # the backend runs before the graph does: these copies are the inputs as the
+        # model received them (a model that writes its input is verified on unwritten data);
+        # with copy_inputs=False the inputs themselves (optimus_lens.transform maps
+        # placeholders to the model's parameters by identity)
+        ex = tuple(_concrete(e) for e in ex)
+        graphs.append((gm, clone_preserving_aliases(ex) if copy_inputs else ex))
+        state.note(ex)
         return gm.forward
 
     torch._dynamo.reset()
@@ -258,13 +268,45 @@ def _dynamo(
         ) from e
     finally:
         torch._dynamo.reset()
+        state.restore()
     new = [r for r, k in counters["unimplemented"].items() if k > seen.get(r, 0)]
     eager = [_reason_text(r) for r in new if "frame skipped" in r or "Skipping the frame" in r]
     dynamo_graphs: int | None = None
     breaks: list = []
     if len(graphs) > 1 or new:
-        dynamo_graphs, breaks = _explain(model, inputs, grad)
+        try:
+            dynamo_graphs, breaks = _explain(model, inputs, grad)
+        finally:
+            state.restore()
     return graphs, breaks, dynamo_graphs, eager
+
+
+class _StateGuard:
+    """Puts back the model's own tensors (parameters, buffers: graph inputs the caller
+    owns) that a capture run wrote in place (``self.count.add_(1)``, running statistics),
+    from the copies the backend took before each graph ran; a tensor is restored when
+    its version counter moved. The caller's example inputs are never written: the
+    capture runs on a deep copy of them."""
+
+    def __init__(self, model):
+        self.tensors: dict[int, tuple[torch.Tensor, int]] = {}
+        if isinstance(model, torch.nn.Module):
+            for t in (*model.parameters(), *model.buffers()):
+                self.tensors.setdefault(id(t), (t, t._version))
+        self.copies: dict[int, torch.Tensor] = {}
+
+    def note(self, ex: tuple) -> None:
+        """Remember pristine copies of the model's tensors among a graph's inputs ``ex``."""
+        mine = [t for t in ex if isinstance(t, torch.Tensor) and id(t) in self.tensors and id(t) not in self.copies]
+        for t, c in zip(mine, clone_preserving_aliases(tuple(mine))):
+            self.copies[id(t)] = c
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for key, (t, version) in self.tensors.items():
+                if t._version != version and key in self.copies:
+                    t.copy_(self.copies[key])
+                    self.tensors[key] = (t, t._version)
 
 
 def _reason_text(reason: str) -> str:

@@ -46,6 +46,7 @@ from optimus_lens.inductor.watch import (
     entry_name,
     own_counters,
     patched_rules,
+    raised_text,
     upstream_config,
     upstream_counters,
 )
@@ -339,10 +340,11 @@ def observe_upstream(
         if not keep_going or w.failure is None or w.failure[3] is not e:
             raise
         app, rec, touched, _ = w.failure
-        raised = VerifyResult(False, checked="raised", message=f"{app.pattern} raised {type(e).__name__}: {e}")
+        text = raised_text(e, app.pass_name, app.pattern)
+        raised = VerifyResult(False, checked="raised", message=text)
         add_step(app, rec, touched).verify = raised
         trace.final_verify = raised
-        trace.capture.update({"raised": f"{type(e).__name__}: {e}"})
+        trace.capture.update({"raised": text})
         return trace
     add_unrecorded(trace, out)
     trace.capture.update({"counters": counts, "seconds": round(seconds, 4)})

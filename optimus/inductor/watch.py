@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import os
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from torch.fx import GraphModule, Node
@@ -372,3 +374,30 @@ def own_counters() -> Iterator[None]:
     finally:
         upstream_counters().clear()
         upstream_counters().update(saved)
+
+
+def raised_text(e: BaseException, pass_name: str | None = None, pattern: str | None = None) -> str:
+    """What an upstream pass raised, for a person: which pass (``pass_name`` and the
+    ``pattern`` of the rule call when it raised in one; else the innermost function of
+    ``torch/_inductor`` on the traceback, e.g. ``pre_grad_passes``), where (its file and
+    line), the exception type and its message; an exception with no message (a bare
+    ``assert``) is described by the source line that raised it."""
+    frames = traceback.extract_tb(e.__traceback__)
+    upstream = [f for f in frames if "/torch/_inductor/" in f.filename.replace("\\", "/")]
+    where = upstream[-1] if upstream else (frames[-1] if frames else None)
+    if pass_name:
+        who = f"pass {pass_name}" + (f" ({pattern})" if pattern and pattern != pass_name else "")
+    elif where is not None:
+        who = where.name
+    else:
+        who = "an upstream pass"
+    at = f" at {Path(where.filename).name}:{where.lineno}" if where is not None else ""
+    msg = str(e).strip()
+    if not msg:
+        last = frames[-1] if frames else None
+        msg = "(no message)"
+        if last is not None:
+            msg += f"; raised by {Path(last.filename).name}:{last.lineno}" + (
+                f": {last.line.strip()}" if last.line else ""
+            )
+    return f"{who}{at} raised {type(e).__name__}: {msg}"
