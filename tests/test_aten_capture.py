@@ -87,7 +87,7 @@ def node_list(gm: torch.fx.GraphModule) -> list[tuple]:
 def towers():
     torch.manual_seed(0)
     model, x = Towers(), torch.randn(4, 8)
-    c = capture(model, (x,))
+    c = capture(model, (x,), copy_inputs=False)  # the graph's inputs are the model's own parameters
     return model, x, c
 
 

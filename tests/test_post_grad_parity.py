@@ -351,7 +351,10 @@ def test_upstream_reproduces_its_own_counters_on_cpu(outcomes, case):
     out = outcome(outcomes, case)
     got = {k: out.upstream_counters.get(k, 0) for k in case.upstream_asserts}
     assert got == case.upstream_asserts
-    assert not out.upstream_failed
+    if case.id == "select_cat_post_grad":  # its cat of every row is returned: upstream makes it a view of x
+        assert [(s.pattern, s.verify.checked) for s in out.upstream_failed] == [("merge_select_cat_aten", "aliasing")]
+    else:
+        assert not out.upstream_failed
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)

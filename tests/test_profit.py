@@ -66,8 +66,9 @@ def test_a_pass_that_fuses_only_profitable_groups_without_an_estimate_is_refused
 
 class _Restack(nn.Module):
     def forward(self, x):
-        u = torch.unbind(x, 1)
-        return torch.stack(u, 1), torch.stack(u[:2], 1), torch.stack(u, 0), torch.stack([u[1], u[0], u[2]], 1)
+        u = torch.unbind(x, 1)  # each stack read, not returned: a returned x would alias the input
+        stacks = torch.stack(u, 1), torch.stack(u[:2], 1), torch.stack(u, 0), torch.stack([u[1], u[0], u[2]], 1)
+        return tuple(torch.relu(s) for s in stacks)
 
 
 def test_a_stack_of_every_unbind_piece_in_order_on_its_dim_costs_nothing():

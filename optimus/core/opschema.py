@@ -45,7 +45,12 @@ _PARAMS: dict[Any, tuple[Param, ...]] = {}
 def params(schema: Any) -> tuple[Param, ...]:
     """A schema's arguments as plain data (``schema.arguments`` builds new objects on each
     access), memoised per schema."""
-    got = _PARAMS.get(schema)
+    try:
+        key: Any = schema
+        got = _PARAMS.get(key)
+    except (RuntimeError, TypeError):  # a schema whose default values do not hash (an int[] default)
+        key = str(schema)
+        got = _PARAMS.get(key)
     if got is None:
         ret = returned_sets(schema)
         got = tuple(
@@ -60,7 +65,7 @@ def params(schema: Any) -> tuple[Param, ...]:
             )
             for a in schema.arguments
         )
-        _PARAMS[schema] = got
+        _PARAMS[key] = got
     return got
 
 

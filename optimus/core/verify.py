@@ -367,7 +367,16 @@ def _equal(x, y) -> bool:
         return False
     if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
         return False
-    return bool(x == y)
+    if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
+        return type(x) is type(y) and len(x) == len(y) and all(_equal(a, b) for a, b in zip(x, y))
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(_equal(x[k], y[k]) for k in x)
+    if type(x) is type(y) and hasattr(x, "__dict__") and not isinstance(x, type) and x is not y:
+        return _equal(vars(x), vars(y))  # a copied input object (a cache holding tensors): equal by its fields
+    try:
+        return bool(x == y)
+    except (RuntimeError, TypeError, ValueError):  # an object whose == is not a truth value
+        return x is y
 
 
 def compare_outputs(expected: list, actual: list, what: str = "output") -> VerifyResult:
