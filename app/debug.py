@@ -6,7 +6,7 @@ from collections.abc import MutableMapping
 
 import streamlit as st
 
-from optimus_lens.core.trace import Trace
+from optimus_lens.core.trace import BACKWARD, PRE_GRAD, Trace
 
 
 def diff_of(state: MutableMapping, trace: Trace, cur: int) -> str:
@@ -67,7 +67,8 @@ def _jump(state: MutableMapping, index: int) -> None:
 def failure_tools(state: MutableMapping, trace: Trace) -> None:
     """A jump to the first failing step when steps were verified, else (for a trace of
     a model that can be captured again) a button that bisects the steps for it
-    (:func:`optimus_lens.debug.bisect.bisect_spec`) and shows the result with a jump."""
+    (:func:`optimus_lens.debug.bisect.bisect_spec`) and shows the result with a jump; for an
+    ATen graph's steps, the ``optimus bisect`` command that bisects them."""
     failed = trace.failed_steps()
     if failed:
         s = failed[0]
@@ -81,6 +82,12 @@ def failure_tools(state: MutableMapping, trace: Trace) -> None:
         return
     checked = any(s.verify is not None and s.verify.ok is not None for s in trace.steps)
     if checked or not trace.steps or state.get("spec") is None or trace.capture.get("upstream"):
+        return
+    if trace.graph != PRE_GRAD:  # bisect_spec captures the model again: the pre-grad graph
+        st.caption(
+            f"Bisect of the {trace.graph} graph's steps: `optimus bisect {state['spec']} --stage all "
+            f"--mode {'training' if trace.graph == BACKWARD else trace.capture.get('mode', 'inference')}`."
+        )
         return
     found = state.get("bisect")
     if found is not None and found[0] is trace:

@@ -86,6 +86,10 @@ SETTINGS: dict[str, Any] = {
     "verify": "end",
     "grads": False,
     "capture_method": "dynamo",
+    "run_stage": "pre-grad",  # which graphs Run rewrites (optimize's stage): pre-grad, post-grad, all
+    "run_mode": "inference",  # inference: the forward ATen graph; training: forward and backward
+    # the graph on screen: the pre-grad graph, or one of the run's ATen graphs (forward, backward)
+    "view_graph": "pre-grad",
     # navigator and view options
     "pass_filter": "all passes",
     "view_mode": "Step",
@@ -244,9 +248,13 @@ def load_trace_bytes(data: bytes) -> Trace:
 
 
 def set_trace(state: MutableMapping, trace: Trace, spec: str | None, source: str) -> None:
-    """Show ``trace``: go to its first step, forget the old timing and error."""
+    """Show ``trace``: go to its first step, forget the old timing and error. The graph picked
+    (``view_graph``) stays when ``trace`` has it, else the trace's own (pre-grad) graph."""
     state["trace"], state["spec"], state["source"] = trace, spec, source
-    state["cur_step"] = 1 if trace.steps else 0
+    if state.get("view_graph") not in trace.graph_names():
+        state["view_graph"] = trace.graph
+    state[GRAPH_SHOWN], state[GRAPH_STEPS] = state["view_graph"], {}
+    state["cur_step"] = 1 if shown_trace(state).steps else 0
     state["bench"] = None
     state["error"] = None
 
@@ -265,8 +273,8 @@ def includes_pattern(state: MutableMapping, trace: Trace | None = None) -> dict 
 
 def accept_upload(state: MutableMapping, name: str, data: bytes, known_samples: list[str] = ()) -> bool:
     """Load an uploaded trace file into ``state``. On success the trace is shown (its
-    spec is its model name when that is a known sample, so it can be re-run and timed)
-    and True is returned; on failure ``state["error"]`` says why and everything else is
+    spec is its model name when that is a known sample, so it can be re-run and timed; the
+    sidebar's Stage and Mode become the ones it was recorded with) and True is returned; on failure ``state["error"]`` says why and everything else is
     left as it was."""
     try:
         trace = load_trace_bytes(data)
@@ -274,6 +282,9 @@ def accept_upload(state: MutableMapping, name: str, data: bytes, known_samples: 
         state["error"] = (f"Could not open {name}", str(e))
         return False
     spec = f"sample:{trace.model}" if trace.model in known_samples else None
+    if trace.capture.get("stage") in ("pre-grad", "post-grad", "all"):  # Run runs again what the file recorded
+        state["run_stage"] = trace.capture["stage"]
+        state["run_mode"] = trace.capture.get("mode", "inference")
     set_trace(state, trace, spec, f"trace file {name}")
     return True
 
@@ -301,3 +312,46 @@ def move_step(state: MutableMapping, options: list[int], delta: int) -> None:
     cur = clamp_step(state, options)
     i = min(max(options.index(cur) + delta, 0), len(options) - 1)
     state["cur_step"] = options[i]
+
+
+#: data keys of the graph picker: the graph the last run of the page drew, and the step each
+#: graph of the trace on screen was left on (graph name -> step index)
+GRAPH_SHOWN, GRAPH_STEPS = "graph_shown", "graph_steps"
+
+
+def shown_trace(state: MutableMapping) -> Trace | None:
+    """The Trace of the graph on screen: the graph ``view_graph`` names among the graphs of the
+    trace on screen (:meth:`optimus_lens.core.trace.Trace.graph_named`), else the trace itself
+    (pre-grad); None before the first run or upload."""
+    trace = state.get("trace")
+    if trace is None:
+        return None
+    name = state.get("view_graph")
+    return trace.graph_named(name) if name in trace.graph_names() else trace
+
+
+def graph_label(trace: Trace, name: str) -> str:
+    """The graph picker's label for graph ``name`` of ``trace``: "forward (ATen, 5 steps)"."""
+    t = trace.graph_named(name)
+    kind = "Dynamo" if t is trace else "ATen"
+    failed = len(t.failed_steps())
+    return f"{name} ({kind}, {len(t.steps)} step{'s' if len(t.steps) != 1 else ''}" + (
+        f", {failed} failed)" if failed else ")"
+    )
+
+
+def pick_graph(state: MutableMapping) -> None:
+    """The graph picker's callback (``view_graph`` already holds the new graph): remember the
+    step the old graph was on, go to the step the new one was left on (its first step the
+    first time); the pass filter goes back to all passes, since each graph has its own."""
+    trace = state.get("trace")
+    if trace is None:
+        return
+    steps = state.setdefault(GRAPH_STEPS, {})
+    old = state.get(GRAPH_SHOWN)
+    if old is not None:
+        steps[old] = state.get("cur_step", 0)
+    new = shown_trace(state)
+    state[GRAPH_SHOWN] = new.graph
+    state["cur_step"] = steps.get(new.graph, 1 if new.steps else 0)
+    state["pass_filter"] = "all passes"

@@ -25,7 +25,8 @@ def _pinned_svg(dot_source: str) -> str:
 
 
 def _cached(kind: str, key: tuple, make):
-    """Per-session cache of pictures and layouts of the trace on screen (a new trace clears it)."""
+    """Per-session cache of pictures and layouts of the trace on screen (a new trace clears it;
+    ``key`` names the graph, pre-grad or ATen, where the trace has several)."""
     ss = st.session_state
     cache = ss.setdefault("_viz_cache", {})
     if cache.get("_trace") is not ss.trace:
@@ -120,7 +121,7 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: viz.ViewOp
             if not keep
             else _cached(
                 "trace_layout",
-                (opts.fold_params, opts.clusters),
+                (trace.graph, opts.fold_params, opts.clusters),
                 lambda: viz.trace_layout(trace, opts),
             )
         )
@@ -128,7 +129,7 @@ def graphs(trace, cur: int, pass_filter: str | None, mode: str, opts: viz.ViewOp
         sizes, arrangements = app_panes(screen), ARRANGEMENTS.get(screen.picture, ("pair", "stacked"))
         pic, fit = _cached(
             "picture",
-            (cur, drawing, sizes, arrangements),
+            (trace.graph, cur, drawing, sizes, arrangements),
             lambda: viz.fit_step(trace, cur, sizes, drawing, layout=shared, arrangements=arrangements),
         )
         if screen.picture == "Diff":

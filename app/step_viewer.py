@@ -56,6 +56,23 @@ def pipeline():
     return default_pipeline()
 
 
+@st.cache_resource
+def post_pipeline():
+    """The default post-grad pipeline (:func:`optimus_lens.passes.post_grad.post_grad_pipeline`),
+    one for every session."""
+    from optimus_lens.passes.post_grad import post_grad_pipeline
+
+    return post_grad_pipeline()
+
+
+STAGES = ("pre-grad", "post-grad", "all")
+STAGE_HELP = {
+    "pre-grad": "the Dynamo FX graph only (what upstream pre_grad_passes see)",
+    "post-grad": "the ATen graphs after AOTAutograd (what post_grad_passes see), of the unchanged program",
+    "all": "the pre-grad passes, then the post-grad passes on the ATen graphs of the rewritten program",
+}
+
+
 @st.cache_data(show_spinner=False)
 def _catalogue() -> dict[str, dict]:
     return {c["name"]: c for c in pass_catalogue()}
@@ -71,7 +88,10 @@ def sidebar() -> tuple[str | None, bool]:
     :func:`optimus_lens.app.state.init`)."""
     with st.sidebar:
         st.title("Optimus Lens")
-        st.caption("Optimus pre-grad batch fusions and split/cat cleanups, one match at a time.")
+        st.caption(
+            "Optimus batch fusions and split/cat cleanups, pre-grad and post-grad (ATen forward and "
+            "backward), one match at a time."
+        )
         source = st.radio("Model source", SOURCES, key="source_kind", persist_state=S.KEEP)
         spec = None
         if source == S.SAMPLE:
@@ -107,9 +127,31 @@ def sidebar() -> tuple[str | None, bool]:
                 S.accept_upload(ss, up.name, up.getvalue(), sample_models.names())
 
         toggles.pass_panel(pipeline(), ss.get("pattern"))
+        if ss.get("run_stage", "pre-grad") != "pre-grad":
+            toggles.post_grad_panel(post_pipeline())
         with st.expander(
-            f"Checks: verify {VERIFY_LABEL[ss.get('verify', 'end')]}; {ss.get('capture_method', 'dynamo')} capture"
+            f"Checks: {ss.get('run_stage', 'pre-grad')}, {ss.get('run_mode', 'inference')}; verify "
+            f"{VERIFY_LABEL[ss.get('verify', 'end')]}; {ss.get('capture_method', 'dynamo')} capture",
+            key="checks_panel",
         ):
+            st.radio(
+                "Stage",
+                STAGES,
+                key="run_stage",
+                persist_state=S.KEEP,
+                horizontal=True,
+                help="Which graphs Run rewrites — " + "; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items()),
+            )
+            st.radio(
+                "Mode",
+                ("inference", "training"),
+                key="run_mode",
+                persist_state=S.KEEP,
+                horizontal=True,
+                help="training: the model in train mode, pre-grad steps verified on gradients too, and the "
+                "ATen forward and backward graphs (forward: outputs and saved activations; backward: gradients); "
+                "inference: the forward ATen graph alone.",
+            )
             st.radio(
                 "Verify",
                 ("step", "end", "off"),
@@ -157,8 +199,18 @@ def run_plan(spec: str) -> str:
     mine = ""
     if pattern is not None and source != toggles.INDUCTOR and ss.get(toggles.USE_PATTERN, True):
         mine = f" (the last: your pattern {lab_runner.pass_name(pattern['name'])}, in a separate process)"
+    stage, mode = ss.get("run_stage", "pre-grad"), ss.get("run_mode", "inference")
+    if stage != "pre-grad" and (source == toggles.INDUCTOR or mine):
+        which += f" (pre-grad only: stage {stage} runs with Optimus Lens passes alone)"
+    elif stage == "post-grad":
+        n, which = len(toggles.post_grad_selection(ss, post_pipeline())), "post-grad passes"
+    elif stage == "all":
+        which += f" then {len(toggles.post_grad_selection(ss, post_pipeline()))} post-grad passes"
+    graphs = ("forward and backward" if mode == "training" else "forward") + " ATen graphs"
+    where = {"post-grad": f" on the {graphs}", "all": f" (post-grad on the {graphs})"}.get(stage, "")
+    how = f"{where}, {mode}" if stage != "pre-grad" or mode != "inference" else ""
     return (
-        f"Runs `{spec}` — {n} {which}{mine}, verify {VERIFY_LABEL[ss.get('verify', 'end')]}, "
+        f"Runs `{spec}` — {n} {which}{mine}{how}, verify {VERIFY_LABEL[ss.get('verify', 'end')]}, "
         f"{ss.get('capture_method', 'dynamo')} capture."
     )
 
@@ -172,6 +224,8 @@ def run_spec(spec: str, graph_index: int | None = None) -> None:
     from optimus_lens.frontend.run import optimize
 
     passes = enabled_passes()
+    stage, mode = ss.get("run_stage", "pre-grad"), ss.get("run_mode", "inference")
+    post = post_pipeline().only(toggles.post_grad_selection(ss, post_pipeline())) if stage != "pre-grad" else None
     with st.status(f"Capturing {spec} …", expanded=True) as status:
         bar = st.progress(0.0, text="capturing the FX graph")
         done = {"steps": 0}
@@ -185,7 +239,7 @@ def run_spec(spec: str, graph_index: int | None = None) -> None:
             at = passes.index(step.pass_name) if step.pass_name in passes else 0
             bar.progress(
                 min(0.99, 0.05 + 0.95 * at / max(len(passes), 1)),
-                text=f"{done['steps']} steps — step {step.index}: {step.pattern} ({step.pass_name})",
+                text=f"{done['steps']} steps — {step.graph} step {step.index}: {step.pattern} ({step.pass_name})",
             )
 
         try:
@@ -198,19 +252,25 @@ def run_spec(spec: str, graph_index: int | None = None) -> None:
                 graph_index=graph_index,
                 on_step=on_step,
                 on_capture=on_capture,
+                stage=stage,
+                mode=mode,
+                post_grad_pipeline=post,
             )
         except Exception as e:  # noqa: BLE001 - every failure is shown, the old trace stays
             ss.error = S.error_message(e)
             status.update(label=f"Failed: {ss.error[0]}", state="error", expanded=False)
             return
-        bar.progress(1.0, text=f"{len(res.trace.steps)} steps")
+        t = res.trace
+        bar.progress(1.0, text=f"{len(t.all_steps())} steps")
         status.update(
-            label=f"Done: {len(res.trace.steps)} steps, {res.trace.nodes_before} → {res.trace.nodes_after} nodes",
+            label=f"Done: {len(t.all_steps())} steps, "
+            + "; ".join(f"{g.graph} {g.nodes_before} → {g.nodes_after} nodes" for g in t.traces()),
             state="complete",
             expanded=False,
         )
     how = res.trace.capture.get("method", ss.capture_method)
-    S.set_trace(ss, res.trace, spec, f"run of {spec} (verify {ss.verify}, capture {how})")
+    on = f"{stage}, {mode}, " if stage != "pre-grad" or mode != "inference" else ""
+    S.set_trace(ss, res.trace, spec, f"run of {spec} ({on}verify {ss.verify}, capture {how})")
 
 
 def run_with_pattern(spec: str, passes: list[str], pattern: dict, graph_index: int | None = None) -> None:
@@ -351,7 +411,8 @@ def page() -> None:
     spec, run = sidebar()
     if run and spec:
         ss.report = None
-        before, old = toggles.place(ss), ss.trace
+        on_pre_grad = S.shown_trace(ss) is ss.trace  # a step place is kept on the pre-grad graph
+        before, old = (toggles.place(ss) if on_pre_grad else (None, 0)), ss.trace
         source, selected = toggles.selection(ss, pipeline(), ss.get("pattern"))
         if source == toggles.INDUCTOR:
             upstream.run_upstream(ss, spec, selected, ss.capture_method)
@@ -359,7 +420,7 @@ def page() -> None:
             run_with_pattern(spec, selected, ss.pattern)
         else:
             run_spec(spec)
-        if ss.trace is not old:
+        if ss.trace is not old and on_pre_grad:
             toggles.keep_place(ss, before)
     if ss.error:  # shown once; the trace on screen is the last good one
         st.error(f"**{ss.error[0]}**: {ss.error[1]}" + ("\n\nStill showing the previous trace." if ss.trace else ""))
@@ -382,11 +443,18 @@ def page() -> None:
     )
     graph_breaks(trace)
     toggles.stale_marker(ss, pipeline())
+    stale = toggles.stage_stale(ss, post_pipeline())
+    if stale:
+        st.warning(f"**Stage, mode or passes changed: Run to update** — {stale}.", icon=":material/sync_problem:")
+    root, trace = trace, graph_picker(trace)
     upstream.defects(trace)
     with st.container(key="lens_tools"):
         debug.failure_tools(ss, trace)
     if not trace.steps:
-        st.info("No pattern matched: the pipeline made no step. The captured graph:")
+        st.info(
+            f"No pattern matched on the {trace.graph} graph: the pipeline made no step. The "
+            + ("captured graph:" if trace is root else "ATen graph as AOTAutograd's partitioner left it:")
+        )
         screen, opts = view_bar(len(trace.initial_graph), trace.model)
         # the captured graph has no marks: parallel copies fold when many, in the standard colours
         captured = viz.snapshot_view(trace, 0, replace(opts, fold=None, palette=STANDARD, legend_in_graph=False))
@@ -407,12 +475,62 @@ def page() -> None:
         presentation.apply(ss)
         graphs(trace, cur, pass_filter, mode, opts, screen)
         inspector.inspector(ss, trace, cur)  # under the graphs: a click on a node opens it there
-        why_panel.why_panel(ss, trace, cur)
+        if trace is root:
+            why_panel.why_panel(ss, trace, cur)
+        else:
+            st.caption(
+                f"Why not? on an ATen graph: `{aten_command('why', root, 'NODE')}` (GRAPH:NODE where the name is in both)."
+            )
         step_details(trace, cur)
         header(trace)
         debug.step_tools(ss, trace, cur)
         st.plotly_chart(viz.node_count_figure(trace, current=cur), width="stretch")
-    timing_panel(trace, ss)
-    compare_view.compare_panel(ss)
+    if trace is root:
+        timing_panel(trace, ss)
+        compare_view.compare_panel(ss)
+    else:
+        st.markdown("#### Per-pass timing and comparison")
+        st.caption(
+            f"Timing here is per pre-grad pass: time the {trace.graph} graph's post-grad passes with "
+            f"`{aten_command('bench', root)}`, and compare them with upstream's with `{aten_command('compare', root)}`."
+        )
     compare_view.trace_compare(ss)
-    downloads(trace)
+    downloads(root)
+
+
+def aten_command(command: str, trace, *extra: str) -> str:
+    """The ``optimus`` command line that does ``command`` on the ATen graphs of the run on screen
+    (its model, stage and mode)."""
+    stage = trace.capture.get("stage", "all")
+    mode = trace.capture.get("mode", "training" if len(trace.graphs) > 1 else "inference")
+    model = ss.get("spec") or trace.model or "MODEL"
+    return " ".join(
+        ["optimus", command, model, *extra, "--stage", stage if stage != "pre-grad" else "all", "--mode", mode]
+    )
+
+
+def graph_picker(trace):
+    """The "Graph" picker above the step navigator, for a trace with ATen graphs (a run with
+    stage post-grad or all, or such a trace file): pre-grad / forward / backward, with each
+    graph's step count; each graph keeps the step it was left on. Returns the picked graph's
+    Trace (the trace itself when it has no ATen graph)."""
+    names = trace.graph_names()
+    if len(names) < 2:
+        return trace
+    if ss.get("view_graph") not in names:
+        ss["view_graph"] = trace.graph
+    st.radio(
+        "Graph",
+        names,
+        key="view_graph",
+        persist_state=S.KEEP,
+        horizontal=True,
+        format_func=lambda n: S.graph_label(trace, n),
+        on_change=S.pick_graph,
+        args=(ss,),
+        help="pre-grad: the Dynamo FX graph the pre-grad passes rewrite. forward / backward: the ATen "
+        "graphs AOTAutograd's partitioner hands Inductor's post_grad_passes, each with its own steps "
+        "(numbered from 1) and checks (forward: outputs and saved activations; backward: gradients).",
+    )
+    ss[S.GRAPH_SHOWN] = ss["view_graph"]
+    return S.shown_trace(ss)

@@ -152,3 +152,42 @@ def stale_marker(state: MutableMapping, pipeline) -> None:
             f"{' ...' if len(trace_passes(trace)) > 6 else ''}).",
             icon=":material/sync_problem:",
         )
+
+
+def post_grad_selection(state: MutableMapping, pipeline) -> list[str]:
+    """The post-grad passes ticked in :func:`post_grad_panel` (``pass:NAME``; first value: on
+    unless ``pipeline`` switches the pass off, as ``decompose_mm_pass``)."""
+    return [p.name for p in pipeline.passes if state.get(f"pass:{p.name}", p.name not in pipeline.disabled)]
+
+
+def post_grad_panel(pipeline) -> list[str]:
+    """The sidebar's post-grad pass panel (shown when Run rewrites the ATen graphs): one
+    checkbox per pass of ``pipeline`` (:func:`optimus_lens.passes.post_grad.post_grad_pipeline`),
+    each kept across page switches. Returns the ticked pass names."""
+    from optimus_lens.app.state import KEEP
+
+    state = st.session_state
+    with st.expander("Post-grad passes", key="post_grad_panel"):
+        for p in pipeline.passes:
+            state.setdefault(f"pass:{p.name}", p.name not in pipeline.disabled)
+            st.checkbox(p.name, key=f"pass:{p.name}", persist_state=KEEP, help=p.description)
+        selected = post_grad_selection(state, pipeline)
+        st.caption(f"{len(selected)} of {len(pipeline.passes)} post-grad passes on (forward and backward ATen graphs)")
+    return selected
+
+
+def stage_stale(state: MutableMapping, post_pipeline) -> str | None:
+    """Why the trace on screen no longer matches the sidebar's stage, mode or post-grad passes
+    (one line), or None: a trace that does not record its stage (older files, upstream's) never
+    is."""
+    trace = state.get("trace")
+    if trace is None or state.get("spec") is None or "stage" not in trace.capture:
+        return None
+    stage, mode = state.get("run_stage", "pre-grad"), state.get("run_mode", "inference")
+    if trace.capture["stage"] != stage or (stage != "pre-grad" and trace.capture.get("mode") != mode):
+        return f"the trace on screen is stage {trace.capture['stage']}, mode {trace.capture.get('mode')}"
+    if stage != "pre-grad" and trace.graphs:
+        ran = set(trace_passes(trace.graphs[0]))
+        if ran and ran != set(post_grad_selection(state, post_pipeline)):
+            return "the post-grad passes changed"
+    return None
