@@ -80,6 +80,8 @@ def _registration(entry: pm.PatternEntry, path: str) -> Registration:
     else:
         handler = getattr(entry, "handler", None)
         name = getattr(handler, "__name__", type(entry).__name__)
+    if search_fn is None:  # register_graph_pattern and the others: the entry's own check is the user's
+        extra = entry.extra_check
     if extra is pm._return_true:  # noqa: SLF001 - Inductor's default: no check of the user's
         extra = None
     return Registration(entry, name, line, search_fn, extra)
@@ -151,7 +153,7 @@ def file_passes(
             r = by_entry.get(id(e)) or Registration(e, f"{type(e).__name__}_{i}", None)
             taken[r.name] = taken.get(r.name, 0) + 1
             name = r.name if taken[r.name] == 1 else f"{r.name}_{taken[r.name]}"
-            pats.append(InductorPattern(r, name, f"{path}:{r.line or 1}", pass_name, stage))
+            pats.append(InductorPattern(r, name, f"{path}:{r.line or 1}", pass_name, stage, p))
         if pats:
             out.append((pass_name, pats))
     return out
@@ -333,10 +335,18 @@ class InductorPattern(RewritePattern):
     (``info["keyword_args"]``: name -> node name or constant text). ``rewrite``: the entry's own
     ``apply``, adopted by the Rewriter. ``pattern_text``: the pattern as Inductor's
     ``PatternPrettyPrinter`` prints it (for ``register_replacement``: what the search function
-    traced to)."""
+    traced to). ``matcher_pass``: the user's ``PatternMatcherPass`` that holds the entry."""
 
-    def __init__(self, reg: Registration, name: str, source: str, pass_name: str, stage: str = "post-grad"):
-        self.registration, self.entry = reg, reg.entry
+    def __init__(
+        self,
+        reg: Registration,
+        name: str,
+        source: str,
+        pass_name: str,
+        stage: str = "post-grad",
+        matcher_pass: pm.PatternMatcherPass | None = None,
+    ):
+        self.registration, self.entry, self.matcher_pass = reg, reg.entry, matcher_pass
         self.name, self.source, self.stage, self.pass_name = name, source, stage, pass_name
         pat = self.entry.pattern
         op = getattr(pat, "op", None)
