@@ -74,8 +74,12 @@ def _print_found(pf, found, gm, misses: int) -> None:
         mine = [m for m in found.matches if m.pattern == p.name]
         near = [m for m in found.near_misses if m.pattern == p.name]
         print(f"{p.name}  ({p.source}): {len(mine)} match(es), {len(near)} near miss(es)")
+        if getattr(p, "pattern_text", None):  # an Inductor pattern: what it matches, as Inductor prints it
+            print("  pattern: " + p.pattern_text.replace("\n", "\n           "))
         for m in mine:
             print(f"  match at {m.anchor}: {', '.join(m.sites)}")
+            if m.bindings:
+                print(f"    bound: {', '.join(f'{k}={v}' for k, v in m.bindings.items())}")
         for m in near[:misses]:
             print(f"  no match at {m.node}: {m.reason}")
         if len(near) > misses:

@@ -344,6 +344,65 @@ class Rewriter:
         with node_hooks(gm, guard, guard, guard):
             yield self
 
+    @contextmanager
+    def adopting(self, gm: GraphModule, keep_meta: Iterable[Node] = ()) -> Iterator[Rewriter]:
+        """While open, changes that code other than a pattern of ours makes directly to
+        ``gm``'s graph (Inductor's ``PatternEntry.apply``: ``graph.call_function``,
+        ``Node.replace_all_uses_with``, ``graph.erase_node``) count as this Rewriter's own:
+        read from the GraphModule's node hooks, journaled for :meth:`rollback`, told to the
+        listeners (an erase before FX clears the node's arguments, so its inputs are still
+        read) and allowed by :meth:`guarding`. Created nodes that have no example value
+        when the block ends get one (:func:`optimus_lens.core.meta.infer`). ``keep_meta``: nodes
+        whose whole ``meta`` a rollback restores (the foreign code may tag them). A change
+        FX has no hook for (assigning ``node.args``) is not seen."""
+        for n in keep_meta:
+            self._journal.append(("meta-all", n, dict(n.meta)))
+        mine: list[Node] = []
+
+        def on_create(n: Node) -> None:
+            self._journal.append(("create", n))
+            self.created.append(n)
+            mine.append(n)
+            self.changed[n] = None
+            aliasing.touch(self.graph, (n,))
+            for lst in self.listeners:
+                lst.notify_inserted(n)
+
+        def on_erase(n: Node) -> None:
+            for i in n.all_input_nodes:
+                self._save_users(i)
+            for lst in self.listeners:
+                lst.notify_erased(n)
+            self._journal.append(("erase", n, n.prev, n.args, dict(n.kwargs)))
+            self.erased.append(n)
+            self.changed.pop(n, None)
+            aliasing.touch(self.graph, (n,))
+
+        def on_replace(old: Node, new: str, user: Node) -> None:
+            target = next((c for c in reversed(mine) if c.name == new), None) or next(
+                (c for c in self.graph.nodes if c.name == new and c is not old), None
+            )
+            if target is None:  # a rename, not a use moved
+                return
+            self._save_users(old)
+            self._save_users(target)
+            self._journal.append(("args", user, user.args, dict(user.kwargs)))
+            self.changed[user] = None
+            aliasing.touch(self.graph, (user,))
+            for lst in self.listeners:
+                lst.notify_replaced(old, target, [user])
+
+        self._inside += 1
+        try:
+            with node_hooks(gm, on_create, on_erase, on_replace):
+                yield self
+        finally:
+            self._inside -= 1
+        for n in mine:
+            if not n._erased and meta.value(n) is None and n.op == "call_function":
+                with aliasing.state_before(self.graph, n):
+                    meta.infer(n)
+
     def validate(self) -> None:
         """Raise :class:`InvalidGraph` if the step left a use of an erased node (or of a
         node of another graph), a cycle through a node whose inputs it changed, or no
@@ -383,6 +442,10 @@ class Rewriter:
                 if set(users) == set(order):
                     users.clear()
                     users.update(dict.fromkeys(order))
+            elif kind == "meta-all":
+                _, n, saved = entry
+                n.meta.clear()
+                n.meta.update(saved)
             elif kind == "meta":
                 _, n, key, old = entry
                 if old is _MISSING:

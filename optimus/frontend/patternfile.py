@@ -10,7 +10,9 @@ A pattern file is a Python file with either
   replacement graph is inlined at each match with the pattern's inputs bound; or
 * a list ``PATTERNS`` whose items are :class:`optimus_lens.core.lang.Rule` objects (the declarative
   form), :class:`~optimus_lens.core.pattern.BatchPattern` / :class:`~optimus_lens.core.pattern.RewritePattern`
-  subclasses or instances, or ``(pattern_fn, replacement_fn)`` pairs.
+  subclasses or instances, or ``(pattern_fn, replacement_fn)`` pairs; or
+* Inductor's own pattern language: ``PatternMatcherPass`` objects filled by ``register_replacement`` /
+  ``register_graph_pattern`` (:mod:`optimus_lens.frontend.inductor_patterns`), one pass of ours each.
 
 Loading runs the file's code: callers run it only when the user asks for it.
 """
@@ -23,7 +25,7 @@ import itertools
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -158,6 +160,8 @@ class PatternFile:
 
     path: str
     patterns: list[Pattern]
+    #: an Inductor-language file's passes: (pass name, its patterns), one of our passes each
+    groups: list[tuple[str, list[Pattern]]] = field(default_factory=list)
 
     @property
     def pass_name(self) -> str:
@@ -182,8 +186,10 @@ def load_pattern_file(path: str | Path) -> PatternFile:
     if spec is None or spec.loader is None:
         raise PatternFileError(path, "not a Python file that can be imported")
     module = importlib.util.module_from_spec(spec)
+    regs: list = []
     try:
-        spec.loader.exec_module(module)
+        with _inductor_registrations(path) as regs:
+            spec.loader.exec_module(module)
     except SyntaxError as e:
         raise PatternFileError(path, f"syntax error: {e.msg}", e.lineno) from e
     except Exception as e:  # noqa: BLE001 - the file's own code failed
@@ -203,14 +209,55 @@ def load_pattern_file(path: str | Path) -> PatternFile:
         items = list(module.PATTERNS)
     elif callable(getattr(module, "pattern", None)) and callable(getattr(module, "replacement", None)):
         items = [(stem, module.pattern, module.replacement)]
+    elif regs or "PatternMatcherPass" in Path(path).read_text(errors="replace"):
+        return _inductor_file(module, regs, path)
     else:
-        raise PatternFileError(path, "defines neither `pattern` and `replacement` functions nor a `PATTERNS` list")
+        raise PatternFileError(
+            path,
+            "defines neither `pattern` and `replacement` functions, a `PATTERNS` list, nor a PatternMatcherPass",
+        )
     out = [_as_pattern(item, i, stem, path) for i, item in enumerate(items)]
     names = [p.name for p in out]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
         raise PatternFileError(path, f"two patterns are named {dup!r}")
     return PatternFile(path, out)
+
+
+def _inductor_registrations(path: str):
+    """Inductor's registrations recorded while the file runs, where the file speaks Inductor's
+    pattern language (else nothing: ``torch._inductor`` is not imported for other files)."""
+    from contextlib import nullcontext
+
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        text = ""
+    if "pattern_matcher" not in text and "PatternMatcherPass" not in text:
+        return nullcontext([])
+    from optimus_lens.frontend.inductor_patterns import registrations
+
+    return registrations(path)
+
+
+def _inductor_file(module: Any, regs: list, path: str) -> PatternFile:
+    """A file of ``PatternMatcherPass`` objects as a PatternFile with one group per pass."""
+    from optimus_lens.frontend.inductor_patterns import file_passes
+
+    groups = file_passes(module, regs, path)
+    if not groups:
+        raise PatternFileError(path, "its PatternMatcherPass objects hold no patterns (nothing was registered)")
+    names = [n for n, _ in groups]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise PatternFileError(path, f"two PatternMatcherPass objects are named {dup!r}")
+    pats: list[Pattern] = [p for _, ps in groups for p in ps]
+    seen: set[str] = set()
+    for p in pats:  # pattern names are unique in a file: one taken in an earlier pass gets its pass's name
+        if p.name in seen:
+            p.name = f"{p.pass_name}.{p.name}"  # type: ignore[attr-defined]
+        seen.add(p.name)
+    return PatternFile(path, pats, [(n, list(ps)) for n, ps in groups])
 
 
 def _as_pattern(item: Any, i: int, stem: str, path: str) -> Pattern:
@@ -245,6 +292,8 @@ class PreviewMatch:
     pattern: str
     anchor: str
     sites: list[str]
+    #: what the match bound (Inductor's KeywordArgs): name -> node name or constant
+    bindings: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -306,7 +355,7 @@ def preview(gm: GraphModule, patterns: list[Pattern]) -> Preview:
             if isinstance(m, Miss):
                 misses.append(NearMiss(p.name, n.name, str(m), [x.name for x in getattr(m, "partial", [])]))
             elif m is not None:
-                matches.append(PreviewMatch(p.name, n.name, [x.name for x in m.nodes]))
+                matches.append(PreviewMatch(p.name, n.name, [x.name for x in m.nodes], m.info.get("keyword_args", {})))
     return Preview(matches, misses)
 
 
@@ -327,7 +376,8 @@ def _call(p: Pattern, fn: Callable, n: Node) -> Any:
 
 def pipeline_with(pattern_file: PatternFile, passes: list[str] | None = None, base=None):
     """``base`` (default: the default pipeline) with ``pattern_file``'s patterns as one
-    extra pass (named after the file) at the end, judged by the catalogue's profit estimate
+    extra pass (named after the file; an Inductor-language file: one pass per ``PatternMatcherPass``,
+    one sweep each, as ``PatternMatcherPass.apply``) at the end, judged by the catalogue's profit estimate
     where a pattern asks for ``profitable_only``. ``passes`` names the enabled passes, the file's pass
     included (``["swish"]`` runs the file's patterns alone); None enables all. Raises
     KeyError for an unknown pass name."""
@@ -336,17 +386,22 @@ def pipeline_with(pattern_file: PatternFile, passes: list[str] | None = None, ba
     from optimus_lens.passes.profit import group_estimate
 
     base = base or default_pipeline()
-    if pattern_file.pass_name in base.names():
-        raise KeyError(f"pattern file pass {pattern_file.pass_name!r} has the name of a shipped pass; rename the file")
+    groups = pattern_file.groups or [(pattern_file.pass_name, pattern_file.patterns)]
+    for name, _ in groups:
+        if name in base.names():
+            raise KeyError(f"pattern file pass {name!r} has the name of a shipped pass; rename it")
     pipe = Pipeline(
         base.passes
         + [
             Pass(
-                pattern_file.pass_name,
-                pattern_file.patterns,
+                name,
+                pats,
                 description=f"patterns of {pattern_file.path}",
                 estimate=group_estimate,
+                # a PatternMatcherPass sweeps the graph once (PatternMatcherPass.apply)
+                max_iterations=1 if pattern_file.groups else 10,
             )
+            for name, pats in groups
         ]
     )
     return pipe.only(list(passes)) if passes is not None else pipe
