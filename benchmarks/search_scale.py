@@ -336,7 +336,38 @@ def report_row(prev: dict | None, r: dict) -> str:
             per4 = {k: 4 ** (math.log(v) / math.log(nodes)) for k, v in g.items()}
             r[f"growth_{kind}"], r[f"growth_{kind}_per_4x"] = g, per4
             lines.append(f"    {kind:6s} " + ", ".join(f"{k} x{v:.2f} -> x{per4[k]:.2f}" for k, v in g.items()))
+    lines.extend(verdicts(r))
     return "\n".join(lines)
+
+
+#: the compile-time budget (issue 27): ours / upstream at >= BUDGET_FROM nodes (record off,
+#: on), ours / an FX graph copy of the same graph, our growth per 4x nodes / the copy's
+BUDGET = {"upstream_off": 0.03, "upstream_on": 0.04, "copy": 2.0, "growth": 1.10}
+BUDGET_FROM = 20000
+
+
+def verdicts(r: dict) -> list[str]:
+    """The budget's verdicts for one row (after :func:`report_row` added its growth), as
+    ``budget: <check> <value> <= <limit> PASS|FAIL`` lines; adds ``r["verdicts"]``
+    ({check: bool}). Seconds are best-of; growth is of medians (best-of growth is
+    inflated on a noisy machine, see the module docstring). The upstream ratios apply
+    from ``BUDGET_FROM`` nodes (at 5k upstream's passes are still near-linear)."""
+    checks: list[tuple[str, float, float]] = []
+    up = r.get("upstream_s")
+    if up and r["nodes"] >= BUDGET_FROM:
+        checks.append(("ours/upstream (record off)", r["ours_s"] / up, BUDGET["upstream_off"]))
+        checks.append(("ours/upstream (record on) ", r["ours_recording_s"] / up, BUDGET["upstream_on"]))
+    copy = r.get("fx_copy_s")
+    if copy:
+        checks.append(("ours/FX copy (record off) ", r["ours_s"] / copy, BUDGET["copy"]))
+    per4 = r.get("growth_median_per_4x") or {}
+    if "ours" in per4 and "fx_copy" in per4:
+        checks.append(("growth per 4x, ours/copy  ", per4["ours"] / per4["fx_copy"], BUDGET["growth"]))
+    r["verdicts"] = {name.strip(): value <= limit for name, value, limit in checks}
+    return [
+        f"  budget: {name} {value:7.3f} <= {limit:g}  {'PASS' if value <= limit else 'FAIL'}"
+        for name, value, limit in checks
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ their inputs, so the graph stays topologically valid without a sort.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from torch.fx import Graph, Node
 
@@ -174,11 +174,17 @@ class GraphIndex:
         inputs is raised to one more than the highest, and its users are re-checked.
         Returns the number of moves."""
         pos, level = self.pos, self.level
+        at, height = pos.__getitem__, level.__getitem__
         nodes = list(nodes)
         moved: list[Node] = []
         work = deque(nodes)
-        for v, inputs in _with_inputs(work):
-            latest = max(inputs, key=pos.__getitem__)
+        # inlined (this loop runs once per moved node and per user of one: ~200k times
+        # a run at 21k nodes); ``_input_nodes`` is the dict ``all_input_nodes`` copies
+        while work:
+            v = work.popleft()
+            if v._erased or v.op == "root" or not v._input_nodes:
+                continue
+            latest = max(v._input_nodes, key=at)
             if pos[latest] >= pos[v]:
                 latest.append(v)
                 self._place(v)
@@ -186,8 +192,11 @@ class GraphIndex:
                 work.extend(v.users)
         work = deque(nodes)
         work.extend(moved)
-        for v, inputs in _with_inputs(work):
-            top = max(level[i] for i in inputs)
+        while work:
+            v = work.popleft()
+            if v._erased or v.op == "root" or not v._input_nodes:
+                continue
+            top = max(map(height, v._input_nodes))
             if level[v] <= top:
                 level[v] = top + 1
                 work.extend(v.users)
@@ -205,15 +214,3 @@ class GraphIndex:
                 assert self.pos[i] < self.pos[n], f"{i} is after its user {n}"
                 assert self.level[i] < self.level[n], f"level of {i} >= level of its user {n}"
         assert count == len(self.pos) == len(self.level), "index holds erased nodes"
-
-
-def _with_inputs(work: deque) -> Iterator[tuple[Node, list[Node]]]:
-    """Pop ``work`` first in, first out (the caller may append while iterating), yielding
-    each live node that has inputs, with its inputs."""
-    while work:
-        v = work.popleft()
-        if v._erased or v.op == "root":
-            continue
-        inputs = v.all_input_nodes
-        if inputs:
-            yield v, inputs

@@ -10,6 +10,7 @@ import operator
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx import Node
 from torch.fx.node import map_arg
 
@@ -105,6 +106,10 @@ def infer(node: Node) -> Any:
     kwargs = map_arg(node.kwargs, get)
     if missing:
         return None
+    derived = _derived(node, args, kwargs)
+    if derived is not None:
+        node.meta[value_key(node)] = derived
+        return derived
     # lazily: a getitem of a 128-tensor tuple must not flatten the tuple
     mode = _fake_mode_of(torch.utils._pytree.tree_iter((args, kwargs)))
     if node.op == "call_function":
@@ -124,6 +129,75 @@ def infer(node: Node) -> Any:
         out = out.clone()
     node.meta[value_key(node)] = out
     return out
+
+
+def _derived(node: Node, args: tuple, kwargs: dict) -> Any:
+    """The example value of ``node`` read off its inputs' without a FakeTensor dispatch,
+    where that gives exactly what the dispatch would; else None (dispatch).
+
+    * ``getitem(t, i)`` of a tuple/list value (split, unbind, a batch fusion's unbind of
+      128 pieces): the parent's ``i``-th element, which is what indexing the tuple under
+      the FakeTensorMode returns (the same object).
+    * ``torch.stack(xs, dim)`` of FakeTensors of one mode with equal sizes, dtype and
+      device, each contiguous (so the stack is contiguous: ``cat`` of ``unsqueeze``s keeps
+      the inputs' memory format), static sizes, no autocast: ``x.unsqueeze(dim)
+      .expand(...).clone(contiguous_format)`` of one input, the one that requires grad if
+      any does (three dispatches of one tensor each instead of one whose FakeTensor cache
+      key hashes every input; 0.3 ms instead of 3.7 ms for 128 inputs of (4, 8)).
+      Same sizes, strides, dtype, device, storage offset 0 in a fresh storage, and
+      ``requires_grad``."""
+    if node.op != "call_function":
+        return None
+    if node.target is operator.getitem and len(args) == 2 and not kwargs:
+        parent, i = args
+        if (
+            isinstance(parent, (tuple, list))
+            and type(i) is int
+            and -len(parent) <= i < len(parent)
+            and isinstance(parent[i], FakeTensor)
+        ):
+            return parent[i]
+        return None
+    if node.target is torch.stack:
+        return _stacked(args, kwargs)
+    return None
+
+
+def _stacked(args: tuple, kwargs: dict) -> Any:
+    """:func:`_derived`'s ``torch.stack``; None where it does not apply."""
+    if len(args) == 1 and set(kwargs) <= {"dim"}:
+        xs, dim = args[0], kwargs.get("dim", 0)
+    elif len(args) == 2 and not kwargs:
+        xs, dim = args
+    else:
+        return None
+    if not isinstance(xs, (list, tuple)) or len(xs) < 2 or type(dim) is not int:
+        return None
+    first = xs[0]
+    if not isinstance(first, FakeTensor) or first.layout != torch.strided or first.is_quantized:
+        return None
+    size, dtype, device, mode = first.shape, first.dtype, first.device, first.fake_mode
+    if not all(type(d) is int for d in size) or torch.is_autocast_enabled(device.type):
+        return None
+    for x in xs:
+        if (
+            not isinstance(x, FakeTensor)
+            or x.fake_mode is not mode
+            or x.shape != size
+            or x.dtype != dtype
+            or x.device != device
+            or x.layout != torch.strided
+            or not x.is_contiguous()
+        ):
+            return None
+    ndim = len(size) + 1
+    if not -ndim <= dim < ndim:
+        return None
+    dim %= ndim
+    src = next((x for x in xs if x.requires_grad), first) if torch.is_grad_enabled() else first
+    shape = (*size[:dim], len(xs), *size[dim:])
+    with mode:
+        return src.unsqueeze(dim).expand(shape).clone(memory_format=torch.contiguous_format)
 
 
 def storage_key(t: Any) -> Any:

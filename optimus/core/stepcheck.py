@@ -107,12 +107,15 @@ def _name(n: Any) -> str:
 # ----------------------------------------------------------------------------- outputs
 
 
-def output_overlaps(values: list[Any], graph) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
+def output_overlaps(
+    values: list[Any], graph, spans_in: list[Any] | None = None
+) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
     """For each graph output value (a node or a constant): the placeholders (by index)
     and the other outputs whose memory it overlaps, from example values (storage spans);
-    None when a span cannot be read (symbolic sizes without hints)."""
-    phs = [n for n in graph.nodes if n.op == "placeholder"]
-    spans_in = [_span(p) for p in phs]
+    None when a span cannot be read (symbolic sizes without hints). ``spans_in``: the
+    placeholders' spans (:func:`placeholder_spans`) when the caller has them."""
+    if spans_in is None:
+        spans_in = placeholder_spans(graph)
     spans_out = [_span(v) for v in values]
     if any(s is False for s in spans_in + spans_out):
         return None
@@ -122,6 +125,12 @@ def output_overlaps(values: list[Any], graph) -> list[tuple[tuple[int, ...], tup
         others = tuple(j for j, t in enumerate(spans_out) if j != i and _overlap(s, t))
         out.append((ins, others))
     return out
+
+
+def placeholder_spans(graph) -> list[Any]:
+    """The storage span of every placeholder's tensor value, in placeholder order (see
+    :func:`output_overlaps`)."""
+    return [_span(p) for p in graph.nodes if p.op == "placeholder"]
 
 
 def _span(n: Any) -> Any:
@@ -149,7 +158,8 @@ def outputs_miss(graph, before: Any, after: Any) -> Miss | None:
     b, a = _flat_outputs(before), _flat_outputs(after)
     if len(a) != len(b):
         return None
-    ob, oa = output_overlaps(b, graph), output_overlaps(a, graph)
+    spans_in = placeholder_spans(graph)  # once for both (a graph at 21k nodes has ~10k placeholders)
+    ob, oa = output_overlaps(b, graph, spans_in), output_overlaps(a, graph, spans_in)
     if ob is None or oa is None or ob == oa:
         return None
     i = next(k for k in range(len(oa)) if oa[k] != ob[k])

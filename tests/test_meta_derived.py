@@ -1,0 +1,77 @@
+"""Example values read off a node's inputs without a FakeTensor dispatch
+(``optimus_lens.core.meta.infer``'s getitem and stack paths) equal what the dispatch gives."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx import Graph
+
+from optimus_lens.core import meta
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad, t.is_leaf)
+
+
+def _node_on(values: list, target, extra_args=(), kwargs=None, as_list=True):
+    g = Graph()
+    ins = []
+    for i, v in enumerate(values):
+        p = g.placeholder(f"x{i}")
+        p.meta["example_value"] = v
+        ins.append(p)
+    first = ins if as_list else ins[0]
+    return g.call_function(target, (first, *extra_args), kwargs or {})
+
+
+def _dispatched(node):
+    args = torch.fx.node.map_arg(node.args, lambda n: n.meta["example_value"])
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: n.meta["example_value"])
+    mode = next(v.fake_mode for v in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(v, FakeTensor))
+    with mode:
+        return node.target(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def mode():
+    return FakeTensorMode()
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1, -3])
+@pytest.mark.parametrize("grad", [False, True])
+def test_stack_value_without_dispatch_equals_the_dispatched_one(mode, dim, grad):
+    xs = [mode.from_tensor(torch.randn(4, 8)) for _ in range(5)]
+    if grad:
+        xs[2] = mode.from_tensor(torch.randn(4, 8, requires_grad=True))
+    n = _node_on(xs, torch.stack, kwargs={"dim": dim})
+    got = meta.infer(n)
+    want = _dispatched(n)
+    assert _layout(got) == _layout(want)
+    assert got.untyped_storage()._cdata not in {x.untyped_storage()._cdata for x in xs}
+    assert n.meta["example_value"] is got
+
+
+def test_stack_of_non_contiguous_or_mixed_inputs_is_dispatched(mode):
+    t = mode.from_tensor(torch.randn(8, 4)).t()  # (4, 8), strides (1, 4)
+    xs = [t, mode.from_tensor(torch.randn(4, 8))]
+    assert meta._stacked((xs,), {}) is None
+    n = _node_on(xs, torch.stack)
+    assert _layout(meta.infer(n)) == _layout(_dispatched(n))
+    mixed = [mode.from_tensor(torch.randn(4, 8)), mode.from_tensor(torch.randn(4, 8, dtype=torch.float64))]
+    assert meta._stacked((mixed,), {}) is None
+
+
+def test_getitem_of_a_tuple_value_is_the_parents_element(mode):
+    with mode:
+        pieces = torch.unbind(torch.empty(3, 4, 8))
+    g = Graph()
+    p = g.placeholder("t")
+    p.meta["example_value"] = pieces
+    gi = g.call_function(operator.getitem, (p, 1))
+    assert meta.infer(gi) is pieces[1]
+    neg = g.call_function(operator.getitem, (p, -1))
+    assert meta.infer(neg) is pieces[-1]
