@@ -230,7 +230,8 @@ def _captured(name: str):
     return capture(model, inputs)
 
 
-@pytest.mark.parametrize("name", sample_models.names())
+# industrial_recsys (5,134 nodes, the paper-scale sample) runs in benchmarks/search_scale.py and the sweep
+@pytest.mark.parametrize("name", [n for n in sample_models.names() if n != "industrial_recsys"])
 def test_every_sample_model_is_left_with_no_key_class_with_enough_independent_members(name):
     assert_nothing_left_to_fuse(copy_graph_module(_captured(name).gm), default_pipeline())
 

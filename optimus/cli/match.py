@@ -83,5 +83,5 @@ def _print_found(pf, found, gm, misses: int) -> None:
         for m in near[:misses]:
             print(f"  no match at {m.node}: {m.reason}")
         if len(near) > misses:
-            print(f"  ... {len(near) - misses} more near misses (--misses N shows more)")
+            print(f"  ... {len(near) - misses} more near miss(es) (--misses N shows more)")
     print(f"\n{len(found.matches)} match(es) in {len(gm.graph.nodes)} nodes; the graph is unchanged")

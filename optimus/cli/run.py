@@ -173,6 +173,8 @@ def _report(a: argparse.Namespace, res) -> int:
             kind = "Dynamo, pre-grad passes" if t.graph == "pre-grad" else "ATen, post-grad passes"
             print(f"\n== {t.graph} graph ({kind}) ==")
         _print_graph(t, a)
+    if a.mode == "training" and a.stage != "pre-grad" and "backward" not in run.graph_names():
+        print("note: no backward graph: nothing the model computes requires grad (no parameter or input does)")
     t = run
     if a.trace:
         n = t.save(a.trace)

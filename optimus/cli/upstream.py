@@ -288,6 +288,10 @@ def compare_two(a: argparse.Namespace) -> int:
     r = compare_runs(ta, tb, a.model, a.other)
     with json_output(a, "compare") as emit:
         print(r.text())
+        for tag, t in (("A", ta), ("B", tb)):  # the comparison is of the pre-grad graphs only
+            if t.graphs:
+                names = ", ".join(f"{g.graph} ({len(g.steps)} steps)" for g in t.graphs)
+                print(f"note: {tag} also holds the ATen graphs {names}; only the pre-grad graphs are compared")
         _report(a, r)
         if a.trace:
             for t, ran, tag in ((ta, ran_a, "a"), (tb, ran_b, "b")):
