@@ -80,3 +80,10 @@ def test_every_schema_is_documented_with_its_version():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "json.md").read_text()
     for command, version in VERSIONS.items():
         assert re.search(rf"`optimus\.{command}`.*version {version}", doc), command
+
+
+def test_a_command_that_fails_on_bad_input_still_writes_one_document_to_stdout(capsys):
+    code, doc, err = _stdout_doc(capsys, ["why", MODEL, "no_such_node", "--json"])
+    assert code == 2 and "no node 'no_such_node'" in err
+    assert doc["schema"]["name"] == "optimus.why" and doc["error"]["kind"] == "bad-input"
+    assert doc["error"]["exit_status"] == 2 and "no_such_node" in doc["error"]["message"]

@@ -287,7 +287,8 @@ def html_report(
     ``timeout_s`` bounds drawing one laid-out picture."""
     info = {c["name"]: c for c in catalogue or []}
     s = trace_summary(trace)
-    title = html.escape(trace.model or "model")
+    graph = getattr(trace, "graph", None)
+    title = html.escape((trace.model or "model") + (f" ({graph} graph)" if graph and graph != "pre-grad" else ""))
     out = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>Optimus Lens — {title}</title>"
         f"<style>{_CSS}{VIEWER_CSS}</style></head><body><header><div class='title'>",

@@ -28,7 +28,7 @@ VIEWER_CSS = """
 .lens{display:flex;flex-direction:column;height:100%;font-family:Helvetica,Arial,sans-serif}
 .lens .top{display:flex;align-items:flex-start;gap:8px;padding:3px 4px;font-size:12px;color:#333;flex:none}
 .lens .keys{flex:1;min-width:0}
-.lens .legend{display:flex;flex-wrap:wrap;gap:2px 14px;max-height:32px;overflow:hidden;cursor:pointer}
+.lens .legend{display:flex;flex-wrap:wrap;gap:2px 14px;line-height:15px;max-height:32px;overflow:hidden;cursor:pointer}
 .lens .legend.open{max-height:none}
 .lens .legend span.sw{display:inline-block;width:16px;height:10px;margin-right:5px;vertical-align:middle;border:1.5px solid}
 .lens .notes{color:#777;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;cursor:pointer;margin-top:1px}

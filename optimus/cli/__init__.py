@@ -48,6 +48,7 @@ import sys
 
 from optimus_lens.cli import app, bench, bisect, catalogue, check, draw, log, match, run, sweep, traces, upstream, why
 from optimus_lens.cli.errors import EXIT_INPUT, EXIT_PATTERN, BadInput, PatternRaised
+from optimus_lens.cli.jsonout import json_error
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except BadInput as e:
         print(f"{args.who}: {e}", file=sys.stderr)
+        json_error(args, "bad-input", e, EXIT_INPUT)
         return EXIT_INPUT
     except PatternRaised as e:
         print(f"{args.who}: {e}", file=sys.stderr)
+        json_error(args, "pattern-raised", e, EXIT_PATTERN)
         return EXIT_PATTERN
     except BrokenPipeError:  # the reader left (`optimus passes | head`): stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)

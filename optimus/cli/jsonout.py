@@ -90,3 +90,15 @@ def json_output(a: argparse.Namespace, command: str) -> Iterator[Callable[[dict]
     else:
         Path(where).write_text(text + "\n")
         print(f"JSON written to {where}", file=sys.stderr)
+
+
+def json_error(a: argparse.Namespace, kind: str, error: BaseException, status: int) -> None:
+    """With ``--json`` to stdout, a command that ends in an error still writes one document
+    there: its schema header and ``error`` (``kind``: ``bad-input`` or ``pattern-raised``,
+    ``message``, ``exit_status``), so a script reading stdout gets JSON, not nothing."""
+    command = getattr(a, "cmd", None)
+    if getattr(a, "json", None) != STDOUT or command not in VERSIONS:
+        return
+    body = {"error": {"kind": kind, "message": str(error), "exit_status": status}}
+    sys.stdout.write(json.dumps(_clean(document(command, body)), indent=1) + "\n")
+    sys.stdout.flush()

@@ -203,7 +203,7 @@ def _print_graph(t, a: argparse.Namespace) -> None:
     """One graph's step table, node counts per pass, estimates and final verification."""
     print(steps_table(t))
     print(
-        f"\nnodes: {t.nodes_before} -> {t.nodes_after} in {len(t.steps)} steps "
+        f"\nnodes: {t.nodes_before} -> {t.nodes_after} in {len(t.steps)} step{'' if len(t.steps) == 1 else 's'} "
         f"({', '.join(f'{p}: {len(t.steps_of_pass(p))}' for p in dict.fromkeys(s.pass_name for s in t.steps)) or 'nothing matched'})"
     )
     if t.steps and a.estimate and t.graph == "pre-grad":

@@ -112,7 +112,9 @@ class WhyReport:
             else ("the final graph" if self.step > self.steps else f"the graph before step {self.step}")
         )
         width = max([7, *(len(v.pattern) for v in self.verdicts)])
-        lines = [f"{self.node} = {self.op}  (in {where}; the run has {self.steps} steps)"]
+        lines = [
+            f"{self.node} = {self.op}  (in {where}; the run has {self.steps} step{'' if self.steps == 1 else 's'})"
+        ]
         i = 0
         while i < len(self.verdicts):
             v = self.verdicts[i]
