@@ -118,7 +118,6 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 def step_json(s) -> dict:
     """One step in ``optimus run --json`` (docs/json.md)."""
-    v = s.verify
     return {
         "index": s.index,
         "pass": s.pass_name,
@@ -126,9 +125,7 @@ def step_json(s) -> dict:
         "sites": s.sites,
         "created": s.created,
         "erased": s.erased,
-        "verify": None
-        if v is None
-        else {"ok": v.ok, "max_abs_err": v.max_abs_err, "checked": v.checked, "message": v.message},
+        "verify": _verify_json(s.verify),
         "rolled_back": s.error is not None,
         "error": s.error,
         "ms": round((s.match_s + s.rewrite_s) * 1e3, 3),
@@ -146,8 +143,12 @@ def run_json(t, status: int) -> dict:
     }
 
 
+def _verify_json(v) -> dict | None:
+    """A VerifyResult in ``optimus run --json``; None when nothing was checked."""
+    return None if v is None else {"ok": v.ok, "max_abs_err": v.max_abs_err, "checked": v.checked, "message": v.message}
+
+
 def _graph_json(t) -> dict:
-    fv = t.final_verify
     return {
         "graph": t.graph,
         "nodes_before": t.nodes_before,
@@ -155,9 +156,7 @@ def _graph_json(t) -> dict:
         "capture": t.capture,
         "passes": {p["name"]: len(t.steps_of_pass(p["name"])) for p in t.passes if p.get("enabled", True)},
         "steps": [step_json(s) for s in t.steps],
-        "final_verify": None
-        if fv is None
-        else {"ok": fv.ok, "max_abs_err": fv.max_abs_err, "checked": fv.checked, "message": fv.message},
+        "final_verify": _verify_json(t.final_verify),
         "failed_steps": [s.index for s in t.failed_steps()],
     }
 

@@ -29,7 +29,8 @@ instead, which is what upstream's final ``stable_topological_sort`` would give.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,9 +177,7 @@ def observe_post_grad_graph(
     took and :func:`options_notes`. With ``keep_going`` a rule that raises ends the trace
     with a failed Step (``checked="raised"``) instead of an exception. Raises KeyError /
     TypeError for bad options."""
-    import torch._inductor.config as cfg
     from torch._inductor.fx_passes.post_grad import post_grad_passes
-    from torch._inductor.virtualized import V
 
     check_post_grad_options(options)
     gm = copy_graph_module(graph.gm)
@@ -223,20 +222,9 @@ def observe_post_grad_graph(
             step.verify = _check(gm, inputs, ref)
 
     w = Watcher(gm, on_change, other=POST_GRAD_OTHER)
-    mode = _fake_mode(gm)
     t0 = time.perf_counter()
     try:
-        with (
-            own_counters(),
-            cfg.patch(
-                post_grad_fusion_options=options,
-                post_grad_custom_pre_pass=None,
-                post_grad_custom_post_pass=None,
-                pattern_matcher=True,
-            ),
-            V.set_fake_mode(mode) if mode is not None else nullcontext(),
-            patched_rules(w, spans=True),
-        ):
+        with upstream_post_grad(gm, options), patched_rules(w, spans=True):
             w.open_outside()
             try:
                 post_grad_passes(gm, graph.is_inference)
@@ -348,12 +336,23 @@ def run_post_grad_upstream(graph: AtenGraph, options: dict) -> GraphModule:
     ``graph`` (unchanged), unrecorded: the graph Inductor would lower (the bench's
     ``upstream`` post-grad stage). Raises KeyError / TypeError for bad options and what
     upstream raises."""
-    import torch._inductor.config as cfg
     from torch._inductor.fx_passes.post_grad import post_grad_passes
-    from torch._inductor.virtualized import V
 
     check_post_grad_options(options)
     gm = copy_graph_module(graph.gm)
+    with upstream_post_grad(gm, options):
+        post_grad_passes(gm, graph.is_inference)
+    return gm
+
+
+@contextmanager
+def upstream_post_grad(gm, options: dict) -> Iterator[None]:
+    """What upstream's ``post_grad_passes`` runs under here: our own counters, Inductor's
+    config with ``post_grad_fusion_options=options`` and no custom passes, and ``gm``'s fake
+    mode (the metas its passes propagate are FakeTensors of that mode)."""
+    import torch._inductor.config as cfg
+    from torch._inductor.virtualized import V
+
     mode = _fake_mode(gm)
     with (
         own_counters(),
@@ -365,5 +364,4 @@ def run_post_grad_upstream(graph: AtenGraph, options: dict) -> GraphModule:
         ),
         V.set_fake_mode(mode) if mode is not None else nullcontext(),
     ):
-        post_grad_passes(gm, graph.is_inference)
-    return gm
+        yield
