@@ -111,7 +111,7 @@ def matchview_section(name: str, snap, found, infos: list):
     return matchview.Section(
         f"{name} graph",
         lines,
-        matchview.model_view(snap, miss, title=f"{name} graph"),
+        matchview.model_view(snap, miss),
         pattern,
         f"the pattern {best.pattern}: what it matches ({info.form})" if info else "",
     )
