@@ -186,6 +186,7 @@ def page() -> None:
     controls(state)
     errs = lab_runner.syntax_errors(state["lab_source"])
     left, right = st.columns([6, 5])
+    below = st.container()  # a preview's graphs, the whole page wide, under the editor and the result
     with left:
         came_from = state.get("lab_loaded")
         st.markdown(
@@ -223,7 +224,7 @@ def page() -> None:
         if state.get("lab_upload_error"):
             st.error(state.pop("lab_upload_error"))
     with right:
-        result(state)
+        result(state, below)
 
 
 def _keep_result(state: MutableMapping, r, action: str, made_from: tuple) -> None:
@@ -238,7 +239,7 @@ def is_stale(state: MutableMapping) -> bool:
     return state.get("lab_result") is not None and state.get("lab_ran") != ran_with(state)
 
 
-def result(state) -> None:
+def result(state, below=None) -> None:
     r = state.get("lab_result")
     if r is None:
         st.info("Press **Preview** to see every place the pattern matches (the graph is not changed).")
@@ -255,7 +256,7 @@ def result(state) -> None:
     if r.error:
         st.error(f"**{r.error[0]}**\n\n{r.error[1]}")
     if state.get("lab_action") == "preview" and r.preview is not None:
-        lab_results.preview_panel(r)
+        lab_results.preview_panel(r, below)
     elif state.get("lab_action") == "apply" and r.trace is not None:
         apply_panel(state, r, stale)
     with st.expander("process output"):

@@ -36,10 +36,11 @@ def drawn_miss(nm) -> matchview.Miss:
     )
 
 
-def preview_panel(r) -> None:
+def preview_panel(r, canvas=None) -> None:
     """One graph's matches (with the KeywordArgs they bound), its near misses (the one picked,
     else, where nothing matches, the one that got furthest, drawn with its best partial
-    match and where matching stopped) and the pattern's own graph beside the model's."""
+    match and where matching stopped) and the pattern's own graph beside the model's; the
+    graphs go in ``canvas`` (a container; None: where the text goes)."""
     previews = r.previews or {"pre-grad": r.preview}
     names = list(previews)
     g = pick_graph(names, {n: f"{len(p.matches)} match(es)" for n, p in previews.items()})
@@ -89,18 +90,20 @@ def preview_panel(r) -> None:
         model = matchview.model_view(snap, drawn_miss(miss), opts=opts)
     else:
         model = matchview.model_view(snap, matches=[(f"{m.pattern} at {m.anchor}", m.sites) for m in pv.matches])
-    if info is None:
-        show_view(model, height=520)
-        return
-    left, right = st.columns([3, 2])
-    with left:
-        show_view(model, height=520)
-    with right:
-        own = drawn_miss(miss) if miss is not None and miss.pattern == info.name else None
-        st.markdown(f"**The pattern `{info.name}`** ({info.form}): what it matches")
-        show_view(matchview.pattern_view(info.graph, own), height=470)
-    with st.expander(f"{info.name} as Inductor prints it ({info.source})"):
-        st.code(info.text, language="python")
+    with canvas or st.container():
+        if info is None:
+            show_view(model, height=520)
+            return
+        left, right = st.columns([3, 2])
+        with left:
+            st.markdown(f"**The {KIND.get(g, g)}** of the model")
+            show_view(model, height=520)
+        with right:
+            own = drawn_miss(miss) if miss is not None and miss.pattern == info.name else None
+            st.markdown(f"**The pattern `{info.name}`** ({info.form}): what it matches")
+            show_view(matchview.pattern_view(info.graph, own), height=520)
+            with st.expander(f"{info.name} as Inductor prints it ({info.source})"):
+                st.code(info.text, language="python")
 
 
 def step_rows(trace) -> list[dict]:
