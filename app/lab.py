@@ -10,9 +10,11 @@ limit (:mod:`optimus_lens.app.lab_runner`); the page says so.
 
 Session-state keys (all prefixed ``lab_``, first values in :func:`optimus_lens.app.state.init`):
 ``lab_source`` (the editor's text, never lost on an error), ``lab_name`` (the pattern's name:
-its file and pass), ``lab_spec`` (the model spec), ``lab_result`` (the last LabResult) with
-``lab_ran`` (the (spec, name, source) it was made from) and ``lab_action`` ("preview" /
-"apply"), ``lab_bench`` ((spec, name, source), LabResult of "Time it"), ``lab_rev`` (bumped
+its file and pass), ``lab_spec`` (the model spec), ``lab_stage`` ("auto": post-grad for a file
+in Inductor's pattern language, else pre-grad; or the stage chosen) and ``lab_mode``
+(inference / training: the backward graph too), ``lab_result`` (the last LabResult) with
+``lab_ran`` (the (spec, name, source, stage, mode) it was made from) and ``lab_action`` ("preview" /
+"apply"), ``lab_bench`` (what it was made from, LabResult of "Time it"), ``lab_rev`` (bumped
 when code replaces the editor's text: a fresh editor shows it), ``lab_loaded`` (where the
 editor's text came from), ``lab_time_limit`` (s).
 """
@@ -25,16 +27,18 @@ from pathlib import Path
 
 import streamlit as st
 
-from optimus_lens import sample_models, viz
-from optimus_lens.app import lab_runner
+from optimus_lens import sample_models
+from optimus_lens.app import lab_results, lab_runner
 from optimus_lens.app import state as S
-from optimus_lens.app.graphview import show_view
 
 STARTERS = {
     "pattern / replacement functions": S.LAB_STARTER,
     "declarative rule (optimus_lens.core.lang)": "rule.py",
     "BatchPattern class": "batch.py",
+    "Inductor's pattern language (register_replacement)": "inductor.py",
 }
+#: the Stage box: "auto" follows where the file's passes would run (lab_runner.default_stage)
+STAGE_CHOICES = ("auto", *lab_runner.STAGES)
 SPEC_HELP = (
     "Any model spec `optimus match` takes: sample:NAME, package.module:factory, path/to/file.py:factory "
     "(a callable returning (nn.Module, example_inputs), resolved from the app's directory), "
@@ -47,9 +51,17 @@ def starter(kind: str) -> str:
     return (resources.files("optimus_lens.frontend") / "starters" / STARTERS[kind]).read_text(encoding="utf-8")
 
 
-def ran_with(state: MutableMapping) -> tuple[str, str, str]:
-    """(model spec, pattern name, source) on screen now: what Preview or Apply would run."""
-    return state["lab_spec"].strip(), state["lab_name"].strip(), state["lab_source"]
+def stage_of(state: MutableMapping) -> str:
+    """The stage Preview and Apply run on: the one chosen, or for "auto" where the source's
+    passes would run (post-grad for a ``PatternMatcherPass`` file, else pre-grad)."""
+    chosen = state.get("lab_stage", "auto")
+    return lab_runner.default_stage(state["lab_source"]) if chosen == "auto" else chosen
+
+
+def ran_with(state: MutableMapping) -> tuple[str, str, str, str, str]:
+    """(model spec, pattern name, source, stage, mode) on screen now: what Preview or Apply would run."""
+    mode = state.get("lab_mode", "inference")
+    return state["lab_spec"].strip(), state["lab_name"].strip(), state["lab_source"], stage_of(state), mode
 
 
 def replace_code(state: MutableMapping, source: str, name: str | None, came_from: str) -> None:
@@ -141,6 +153,24 @@ def controls(state) -> None:
     c4.button(
         "Load", key="lab_load_starter", on_click=_on_starter, width="stretch", help="put the starter in the editor"
     )
+    d1, d2, _ = st.columns([2, 1.6, 4.4], vertical_alignment="bottom")
+    auto = lab_runner.default_stage(state["lab_source"])
+    d1.selectbox(
+        "Stage",
+        STAGE_CHOICES,
+        key="lab_stage",
+        persist_state=S.KEEP,
+        format_func=lambda s: f"auto: {auto}" if s == "auto" else s,
+        help="pre-grad: the Dynamo graph; post-grad: the ATen graphs Inductor's post-grad passes see (forward, "
+        "and backward in training). auto: post-grad for a PatternMatcherPass file, where Inductor runs it",
+    )
+    d2.selectbox(
+        "Mode",
+        ("inference", "training"),
+        key="lab_mode",
+        persist_state=S.KEEP,
+        help="training: the post-grad stage has a backward graph too",
+    )
 
 
 def page() -> None:
@@ -156,6 +186,7 @@ def page() -> None:
     controls(state)
     errs = lab_runner.syntax_errors(state["lab_source"])
     left, right = st.columns([6, 5])
+    below = st.container()  # a preview's graphs, the whole page wide, under the editor and the result
     with left:
         came_from = state.get("lab_loaded")
         st.markdown(
@@ -167,17 +198,19 @@ def page() -> None:
         errs = lab_runner.syntax_errors(state["lab_source"])
         for e in errs:
             st.error(f"Syntax error, {e['text']}")
-        spec, name, source = ran_with(state)
+        made_from = ran_with(state)
+        spec, name, source, stage, mode = made_from
         blocked = bool(errs) or not spec or not name
         b1, b2, b3 = st.columns(3)
+        limit = state["lab_time_limit"]
         if b1.button("Preview", type="primary", disabled=blocked, key="lab_preview"):
             with st.spinner("Matching in a separate process…"):
-                r = lab_runner.preview(spec, source, name, time_limit_s=state["lab_time_limit"])
-            _keep_result(state, r, "preview", (spec, name, source))
+                r = lab_runner.preview(spec, source, name, time_limit_s=limit, stage=stage, mode=mode)
+            _keep_result(state, r, "preview", made_from)
         if b2.button("Apply as a pass", disabled=blocked, key="lab_apply"):
             with st.spinner("Running the pattern as a pass, verifying every step…"):
-                r = lab_runner.apply(spec, source, name, time_limit_s=state["lab_time_limit"])
-            _keep_result(state, r, "apply", (spec, name, source))
+                r = lab_runner.apply(spec, source, name, time_limit_s=limit, stage=stage, mode=mode)
+            _keep_result(state, r, "apply", made_from)
         b3.download_button(
             "Save .py",
             source.encode(),
@@ -191,85 +224,52 @@ def page() -> None:
         if state.get("lab_upload_error"):
             st.error(state.pop("lab_upload_error"))
     with right:
-        result(state)
+        result(state, below)
 
 
-def _keep_result(state: MutableMapping, r, action: str, made_from: tuple[str, str, str]) -> None:
+def _keep_result(state: MutableMapping, r, action: str, made_from: tuple) -> None:
     """A new Preview or Apply result replaces the old one and every figure made from it."""
     state["lab_result"], state["lab_action"], state["lab_ran"] = r, action, made_from
     state["lab_bench"] = None
 
 
 def is_stale(state: MutableMapping) -> bool:
-    """True when the result on screen was made from another model, name or code than the
-    ones on screen now."""
+    """True when the result on screen was made from another model, name, code, stage or mode
+    than the ones on screen now."""
     return state.get("lab_result") is not None and state.get("lab_ran") != ran_with(state)
 
 
-def result(state) -> None:
+def result(state, below=None) -> None:
     r = state.get("lab_result")
     if r is None:
         st.info("Press **Preview** to see every place the pattern matches (the graph is not changed).")
         return
     stale = is_stale(state)
     if stale:
-        spec, name, _ = state["lab_ran"]
+        spec, name, _, stage, mode = state["lab_ran"]
         st.warning(
-            f"**Stale**: this result is from earlier code, name or model (`{name}` on `{spec}`). "
+            f"**Stale**: this result is from earlier code, name, model or stage (`{name}` on `{spec}`, "
+            f"{stage}, {mode}). "
             "Preview or Apply again to see what the code on screen does.",
             icon=":material/sync_problem:",
         )
     if r.error:
         st.error(f"**{r.error[0]}**\n\n{r.error[1]}")
     if state.get("lab_action") == "preview" and r.preview is not None:
-        preview_panel(r)
+        lab_results.preview_panel(r, below)
     elif state.get("lab_action") == "apply" and r.trace is not None:
         apply_panel(state, r, stale)
     with st.expander("process output"):
         st.code(r.log or "(nothing printed)", language="text")
 
 
-def preview_panel(r) -> None:
-    pv, snap = r.preview, r.trace.initial_graph
-    st.markdown(
-        f"**{len(pv.matches)} match(es)**, {len(pv.near_misses)} near miss(es) — in {r.seconds:.1f} s; "
-        "the graph is unchanged."
-    )
-    marks = viz.Marks(group_labels=[f"{m.pattern} at {m.anchor}" for m in pv.matches])
-    for i, m in enumerate(pv.matches):
-        for n in m.sites:
-            marks.groups.setdefault(n, i)
-    near = {f"{m.node} ({m.pattern})": m for m in pv.near_misses}
-    pick = st.selectbox(
-        "Why not here?",
-        ["—"] + list(near),
-        key="lab_why_node",
-        help="nodes whose op the pattern starts from, where it does not match",
-    )
-    if pick != "—":
-        m = near[pick]
-        st.warning(f"**{m.pattern}** does not match at `{m.node}`: {m.reason}")
-        marks = viz.Marks(
-            groups={n: 0 for n in m.partial or [m.node]}, group_labels=[f"best partial match of {m.pattern}"]
-        )
-    show_view(viz.graph_view(snap, marks, "", viz.ViewOptions(legend_in_graph=False)), height=520)
-
-
 def apply_panel(state, r, stale: bool = False) -> None:
     t = r.trace
-    st.markdown(f"**{len(t.steps)} step(s)**, {t.nodes_before} → {t.nodes_after} nodes, in {r.seconds:.1f} s.")
-    rows = [
-        {
-            "step": s.index,
-            "pattern": s.pattern,
-            "sites": ", ".join(s.sites[:6]),
-            "verify": "—" if s.verify is None else ("ok" if s.verify.ok else "FAILED"),
-        }
-        for s in t.steps
-    ]
+    st.markdown(lab_results.apply_header(t, r.seconds))
+    rows = lab_results.step_rows(t)
     if rows:
         st.dataframe(rows, hide_index=True)
-    if not t.steps:
+    if not rows:
         return
     why_off = "Preview or Apply the code on screen first: this result is stale." if stale else None
     c1, c2 = st.columns(2)
@@ -283,7 +283,7 @@ def apply_panel(state, r, stale: bool = False) -> None:
     )
     if c2.button("Time it", key="lab_time", disabled=stale, help=why_off):
         with st.spinner("Timing in a separate process (one thread, interleaved rounds)…"):
-            spec, name, source = state["lab_ran"]
+            spec, name, source = state["lab_ran"][:3]
             state["lab_bench"] = (state["lab_ran"], lab_runner.bench(spec, source, name))
     kept = state.get("lab_bench")
     if kept is None or kept[0] != state.get("lab_ran"):
@@ -317,7 +317,8 @@ def open_in_viewer(state, trace) -> None:
     runs there too only in a child process."""
     from optimus_lens.app.toggles import OURS, USE_PATTERN
 
-    spec, name, source = state["lab_ran"]
+    spec, name, source, stage, mode = state["lab_ran"]
+    state["run_stage"], state["run_mode"] = stage, mode  # Run in the viewer runs the same stage again
     S.set_trace(state, trace, spec, f"Pattern Lab: {lab_runner.pass_name(name)}.py on {spec}")
     state["pattern"] = {"name": name, "source": source}
     S.show_model(state, spec)

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from optimus_lens.core.trace import Trace, TraceFormatError
-from optimus_lens.frontend.patternfile import Preview
+from optimus_lens.frontend.patternfile import PatternInfo, Preview
 
 #: default time limit of one lab action (s): capture, load, match or run together
 TIME_LIMIT_S = 60.0
+#: the stages a pattern file can be previewed and applied on (``optimus match --stage``)
+STAGES = ("pre-grad", "post-grad")
 
 
 @dataclass
@@ -30,11 +32,17 @@ class LabResult:
     """What a lab action gave: ``ok``; ``error`` (title, message) when not; the
     ``preview`` of a match, the ``trace`` (the matched graph with no steps for a preview,
     the recorded run for an apply); ``log`` is the child's printed output; ``seconds``
-    its wall time (s)."""
+    its wall time (s). ``previews``: the preview of each graph matched (``"pre-grad"``, or
+    post-grad ``"forward"`` and ``"backward"``), ``preview`` the first; ``patterns``: the
+    Inductor patterns' own graphs (what each search function traced to); ``stage`` the
+    stage it ran on."""
 
     ok: bool
     error: tuple[str, str] | None = None
     preview: Preview | None = None
+    previews: dict[str, Preview] = field(default_factory=dict)
+    patterns: list[PatternInfo] = field(default_factory=list)
+    stage: str = "pre-grad"
     trace: Trace | None = None
     log: str = ""
     seconds: float = 0.0
@@ -57,6 +65,13 @@ def syntax_errors(source: str, filename: str = "pattern.py") -> list[dict]:
             }
         ]
     return []
+
+
+def default_stage(source: str) -> str:
+    """The stage a source's patterns run on by default: ``post-grad`` for a file in Inductor's
+    pattern language (a ``PatternMatcherPass`` runs on the ATen graphs, as Inductor's post-grad
+    custom passes do), else ``pre-grad``. Read from the text, without running it."""
+    return "post-grad" if "PatternMatcherPass" in source else "pre-grad"
 
 
 def pass_name(name: str) -> str:
@@ -110,24 +125,51 @@ def _failure(code: int | None, log: str, time_limit_s: float, what: str) -> tupl
     return title, message
 
 
-def preview(spec: str, source: str, name: str = "my_pattern", time_limit_s: float = TIME_LIMIT_S) -> LabResult:
-    """Every match and near miss of the source's patterns on ``spec``'s captured graph (the
-    graph is not changed), and that graph as a step-less trace for drawing."""
+def preview(
+    spec: str,
+    source: str,
+    name: str = "my_pattern",
+    time_limit_s: float = TIME_LIMIT_S,
+    stage: str = "pre-grad",
+    mode: str = "inference",
+) -> LabResult:
+    """Every match and near miss of the source's patterns on ``spec``'s captured graph
+    (``stage`` pre-grad) or its ATen graphs (post-grad: forward, and backward with ``mode``
+    training), the graphs unchanged, and those graphs as a step-less trace for drawing (the
+    first graph's Trace, the others in its ``graphs``)."""
+    args = ["match", spec, "--pattern-file", "{file}", "--json", "{out_match}", "--trace", "{out_graph}"]
     code, log, outs, secs, _ = _run(
-        ["match", spec, "--pattern-file", "{file}", "--json", "{out_match}", "--trace", "{out_graph}", "--misses", "0"],
+        [*args, "--misses", "0", "--stage", stage, "--mode", mode],
         source,
         name,
         time_limit_s,
         ("out_match", "out_graph"),
     )
     if code != 0:
-        return LabResult(False, _failure(code, log, time_limit_s, "Preview"), log=log, seconds=secs, exit_code=code)
+        return LabResult(
+            False, _failure(code, log, time_limit_s, "Preview"), log=log, seconds=secs, exit_code=code, stage=stage
+        )
     try:
-        pv = Preview.from_json(json.loads(Path(outs["out_match"]).read_text()))
+        data = json.loads(Path(outs["out_match"]).read_text())
+        # pre-grad: one graph's matches at the top level; post-grad: one entry per ATen graph
+        per_graph = data["graphs"] if "graphs" in data else {"pre-grad": data}
+        previews = {g: Preview.from_json(d) for g, d in per_graph.items()}
+        patterns = [PatternInfo.from_json(p) for p in data.get("patterns", [])]
         trace = Trace.load(outs["out_graph"])
-    except (OSError, ValueError, KeyError, TraceFormatError) as e:
+    except (OSError, ValueError, KeyError, TypeError, TraceFormatError) as e:
         return LabResult(False, ("Preview output unreadable", str(e)), log=log, seconds=secs, exit_code=code)
-    return LabResult(True, preview=pv, trace=trace, log=log, seconds=secs, exit_code=code)
+    first = next(iter(previews.values()), None)
+    return LabResult(
+        True,
+        preview=first,
+        previews=previews,
+        patterns=patterns,
+        stage=stage,
+        trace=trace,
+        log=log,
+        seconds=secs,
+        exit_code=code,
+    )
 
 
 def apply(
@@ -141,15 +183,20 @@ def apply(
     capture: str = "dynamo",
     grads: bool = False,
     graph_index: int | None = None,
+    stage: str = "pre-grad",
+    mode: str = "inference",
 ) -> LabResult:
     """Run the source's patterns as a pass and return the recorded trace: ``passes`` names
-    the passes to enable (the file's pass among them, :func:`pass_name`); without it,
-    ``alone`` runs only that pass, else it runs after the default pipeline. ``verify``,
-    ``capture``, ``grads`` and ``graph_index`` are ``optimus run``'s ``--verify``,
-    ``--capture``, ``--grads`` and ``--graph``. Exit status 1 (a step failed verification)
-    still returns the trace, with ``ok`` False."""
+    the passes to enable (the file's pass among them, :func:`pass_name`; an Inductor file's
+    stem stands for all its ``PatternMatcherPass`` es); without it, ``alone`` runs only that
+    pass, else it runs after the default pipeline. ``verify``, ``capture``, ``grads``,
+    ``graph_index``, ``stage`` and ``mode`` are ``optimus run``'s ``--verify``, ``--capture``,
+    ``--grads``, ``--graph``, ``--stage`` and ``--mode`` (post-grad: the steps are in the
+    trace's ATen graphs, ``trace.graphs``). Exit status 1 (a step failed verification) still
+    returns the trace, with ``ok`` False."""
     stem = pass_name(name)
     args = ["run", spec, "--pattern-file", "{file}", "--verify", verify, "--trace", "{out_trace}", "--capture", capture]
+    args += ["--stage", stage, "--mode", mode]
     if passes is not None:
         args += ["--passes", ",".join(passes)]
     elif alone:
@@ -166,9 +213,12 @@ def apply(
         except TraceFormatError as e:
             return LabResult(False, ("Run output unreadable", str(e)), log=log, seconds=secs, exit_code=code)
     if code == 0:
-        return LabResult(True, trace=trace, log=log, seconds=secs, exit_code=code)
+        return LabResult(True, trace=trace, log=log, seconds=secs, exit_code=code, stage=stage)
     if code == 1 and trace is not None:
-        failed = ", ".join(str(s.index) for s in trace.failed_steps()) or "the final graph"
+        failed = (
+            ", ".join(f"{s.index}" + ("" if s.graph == "pre-grad" else f" ({s.graph})") for s in trace.all_failed())
+            or "the final graph"
+        )
         return LabResult(
             False,
             ("Verification failed", f"the rewritten graph differs from the original at step(s) {failed}"),
@@ -176,8 +226,11 @@ def apply(
             log=log,
             seconds=secs,
             exit_code=code,
+            stage=stage,
         )
-    return LabResult(False, _failure(code, log, time_limit_s, "Apply"), log=log, seconds=secs, exit_code=code)
+    return LabResult(
+        False, _failure(code, log, time_limit_s, "Apply"), log=log, seconds=secs, exit_code=code, stage=stage
+    )
 
 
 def why(

@@ -116,6 +116,8 @@ SETTINGS: dict[str, Any] = {
     "lab_spec": "sample:swish_mlp",
     "lab_name": LAB_NAME,
     "lab_starter_kind": "pattern / replacement functions",  # the first of optimus_lens.app.lab.STARTERS
+    "lab_stage": "auto",  # where the pattern runs: auto follows the file (a PatternMatcherPass: post-grad)
+    "lab_mode": "inference",  # training: the post-grad stage previews the backward graph too
     # the Teach page
     "teach_search": "global",
     "teach_frame": 1,

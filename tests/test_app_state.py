@@ -44,6 +44,7 @@ TRANSIENT = {
     "inspect_pick",
     "why_near",
     "lab_why_node",
+    "lab_graph_pick",
     "lab_sample_pick",
     "sweep_run",
 }

@@ -87,8 +87,10 @@ def test_apply_records_verified_steps_and_opens_them_in_the_step_viewer():
 def test_every_starter_loads_and_matches_on_its_sample(kind):
     from optimus_lens.app.lab import starter
 
-    spec = "sample:teach_batch_sigmoid" if "Batch" in kind else "sample:swish_mlp"
-    r = lab_runner.preview(spec, starter(kind), "starter", time_limit_s=120)
+    spec = {"Batch": "sample:teach_batch_sigmoid", "Inductor": "sample:teach_batch_layernorm"}  # layer norm's
+    spec = next((v for k, v in spec.items() if k in kind), "sample:swish_mlp")  # ATen: add(mul(x, w), b)
+    source = starter(kind)
+    r = lab_runner.preview(spec, source, "starter", time_limit_s=120, stage=lab_runner.default_stage(source))
     assert r.ok, r.error
     assert len(r.preview.matches) >= 1
 

@@ -7,7 +7,7 @@
     optimus passes
     optimus log PATH [--replay]
     optimus check MODEL --expect 'PATTERN>=N' ... [--verify step|end|off] [--junit out.xml]
-    optimus match MODEL --pattern-file F [--misses N] [--json out.json] [--trace out.json] [--stage S] [--mode M]
+    optimus match MODEL --pattern-file F [--misses N] [--json out.json] [--trace out.json] [--draw out.html] [--stage S] [--mode M]
     optimus bench MODEL [--device cpu|cuda] [--mode inference|training] [--compile] [--kernels] [--against-upstream]
                   [--alone] [--passes a,b] [--repeats N] [--threads N] [--json out.json] [--stage S]
     optimus show TRACE.json [--graph pre-grad|forward|backward]

@@ -54,24 +54,26 @@ STAGES = ("post-grad", "pre-grad")
 class Registration:
     """One ``PatternEntry.register`` call made while a pattern file ran: the entry, its name
     (the search function's or the handler's), the line of the file that made it, and for
-    ``register_replacement`` the search function and the ``extra_check`` it was given."""
+    ``register_replacement`` the search function, the ``extra_check`` it was given and the
+    GraphModule the search function traced to (``search_gm``)."""
 
     entry: pm.PatternEntry
     name: str
     line: int | None
     search_fn: Any = None
     extra_check: Any = None
+    search_gm: Any = None
 
 
 def _registration(entry: pm.PatternEntry, path: str) -> Registration:
     """What the registering call knows: read from the frames above ``PatternEntry.register``
     (``register_replacement``'s arguments; the first frame in the pattern file)."""
     here = Path(path).resolve()
-    line, search_fn, extra = None, None, None
+    line, search_fn, extra, gm = None, None, None, None
     f = inspect.currentframe()
     while f is not None:
         if f.f_code.co_name == "register_replacement" and f.f_globals.get("__name__") == pm.__name__:
-            search_fn, extra = f.f_locals.get("search_fn"), f.f_locals.get("extra_check")
+            search_fn, extra, gm = f.f_locals.get("search_fn"), f.f_locals.get("extra_check"), f.f_locals.get("gm")
         if line is None and Path(f.f_code.co_filename).resolve() == here:
             line = f.f_lineno
         f = f.f_back
@@ -84,7 +86,7 @@ def _registration(entry: pm.PatternEntry, path: str) -> Registration:
         extra = entry.extra_check
     if extra is pm._return_true:  # noqa: SLF001 - Inductor's default: no check of the user's
         extra = None
-    return Registration(entry, name, line, search_fn, extra)
+    return Registration(entry, name, line, search_fn, extra, gm)
 
 
 @contextmanager
@@ -172,6 +174,7 @@ class _Watching(pm.MatchContext):
         self.chain: list[tuple[Any, Any]] = []
         self.origin: dict[int, tuple[pm.FailedMatch, list[tuple[Any, Any]]]] = {}
         self.matched: list[Node] = []
+        self.matched_patterns: list[Any] = []
 
     def match(self, pattern: pm.PatternExpr, node: Any) -> pm.MatchResult:
         self.chain.append((pattern, node))
@@ -187,6 +190,7 @@ class _Watching(pm.MatchContext):
             self.origin.setdefault(id(r), (r, chain))
         elif isinstance(node, Node) and isinstance(pattern, pm._TargetExpr):  # noqa: SLF001
             self.matched.append(node)
+            self.matched_patterns.append(pattern)
         return r
 
 
@@ -194,12 +198,17 @@ class _Watching(pm.MatchContext):
 class Explained:
     """Inductor's answer at one node: ``match`` (a ``Match``) or ``failed`` (its
     ``FailedMatch``) with ``miss``, the reason named as a path, and ``partial``, the nodes its
-    target sub-patterns matched before it stopped."""
+    target sub-patterns matched before it stopped; ``stopped`` is the node (or constant) the
+    failing sub-pattern met, ``stopped_pattern`` that sub-pattern, ``matched_patterns`` the
+    target sub-patterns that matched."""
 
     match: pm.Match | None
     failed: pm.FailedMatch | None
     miss: Miss | None
     partial: list[Node]
+    stopped: Any = None
+    stopped_pattern: Any = None
+    matched_patterns: tuple = ()
 
 
 def explain(pattern: pm.PatternExpr, node: Node) -> Explained:
@@ -214,13 +223,14 @@ def explain(pattern: pm.PatternExpr, node: Node) -> Explained:
     except pm.FailedMatch as e:
         r = e
     if pm.is_match(r):
-        return Explained(r, None, None, list(r.nodes))
+        return Explained(r, None, None, list(r.nodes), matched_patterns=tuple(ctx.matched_patterns))
     failed = r
     _, chain = ctx.origin.get(id(failed), (failed, [(pattern, node)]))
     partial = list(dict.fromkeys(ctx.matched))
     miss = Miss(f"{_path(chain)}: {reading(failed, chain[-1][1])} [Inductor: {_short(str(failed))}]")
     miss.partial = partial
-    return Explained(None, failed, miss, partial)
+    miss.stopped = chain[-1][1].name if isinstance(chain[-1][1], Node) else ""  # type: ignore[attr-defined]
+    return Explained(None, failed, miss, partial, chain[-1][1], chain[-1][0], tuple(ctx.matched_patterns))
 
 
 def _short(text: str, n: int = 160) -> str:
@@ -335,7 +345,9 @@ class InductorPattern(RewritePattern):
     (``info["keyword_args"]``: name -> node name or constant text). ``rewrite``: the entry's own
     ``apply``, adopted by the Rewriter. ``pattern_text``: the pattern as Inductor's
     ``PatternPrettyPrinter`` prints it (for ``register_replacement``: what the search function
-    traced to). ``matcher_pass``: the user's ``PatternMatcherPass`` that holds the entry."""
+    traced to). ``matcher_pass``: the user's ``PatternMatcherPass`` that holds the entry.
+    ``drawing``: the pattern as a graph (:func:`optimus_lens.frontend.inductor_graph.pattern_snapshot`),
+    and a near miss's ``pattern_partial`` / ``pattern_stopped`` name its nodes."""
 
     def __init__(
         self,
@@ -363,18 +375,37 @@ class InductorPattern(RewritePattern):
             ", ".join(op_text(f) for f in fns[:3]) or "any node"
         )
 
+    @functools.cached_property
+    def drawing(self) -> tuple[Any, dict[int, str]] | None:
+        """(GraphSnapshot of the pattern, sub-pattern id -> its node name), or None for a
+        pattern that cannot be drawn."""
+        from optimus_lens.frontend.inductor_graph import pattern_snapshot
+
+        try:
+            return pattern_snapshot(self.entry.pattern)
+        except TypeError:
+            return None
+
+    def _in_pattern(self, miss: Miss, patterns: Any, stopped: Any = None) -> Miss:
+        """``miss`` with the pattern graph's nodes that matched and the one where matching stopped."""
+        names = self.drawing[1] if self.drawing else {}
+        miss.pattern_partial = [names[id(p)] for p in patterns if id(p) in names]  # type: ignore[attr-defined]
+        miss.pattern_stopped = names.get(id(stopped), "") if stopped is not None else ""  # type: ignore[attr-defined]
+        return miss
+
     def match(self, node: Node) -> Match | Miss:
         miss = off_anchor(self, node)
         if miss is not None:
             return miss
         ans = explain(self.entry.pattern, node)
         if ans.match is None:
-            return ans.miss or Miss("no match")
+            return self._in_pattern(ans.miss or Miss("no match"), ans.matched_patterns, ans.stopped_pattern)
         m = ans.match
         refusal = self._apply_checks(m, node)
         if refusal is not None:
             refusal.partial = list(m.nodes)
-            return refusal
+            refusal.stopped = ""  # type: ignore[attr-defined]
+            return self._in_pattern(refusal, ans.matched_patterns)
         return Match(node, list(m.nodes), {"inductor": m, "keyword_args": bindings(m)})
 
     def _apply_checks(self, m: pm.Match, node: Node) -> Miss | None:
@@ -404,17 +435,30 @@ class InductorPattern(RewritePattern):
             specific.append(p)
             return p
 
+        trace_failures: list[BaseException] = []
+        log_failure = pm.log_trace_failure
+
+        def logged(search_fn: Any, e: RuntimeError) -> None:
+            trace_failures.append(e)
+            log_failure(search_fn, e)
+
         replacement = isinstance(self.entry, pm.ReplacementPatternEntry)
         if replacement:
-            pm.fx_to_pattern = watched
+            pm.fx_to_pattern, pm.log_trace_failure = watched, logged
         try:
             ok = torch.fx.experimental.symbolic_shapes.guard_or_false(self.entry.extra_check(m))
+        except Exception as e:
+            if replacement:
+                raise RetraceError(self.retrace_text(e)) from e
+            raise
         finally:
-            pm.fx_to_pattern = original
+            pm.fx_to_pattern, pm.log_trace_failure = original, log_failure
         if ok:
             return None
         user = self.registration.extra_check
         user_name = getattr(user, "__name__", "extra_check")
+        if trace_failures:  # Inductor logs this at INFO level and moves on: say it
+            return Miss(self.retrace_text(trace_failures[-1]))
         if replacement and specific:
             out = m.output_nodes()[0]
             again = explain(specific[-1], out) if out is not None else None
@@ -430,6 +474,15 @@ class InductorPattern(RewritePattern):
                 f"({'extra_check ' + user_name if user else 'its re-trace of the search function failed'})"
             )
         return Miss(f"extra_check {user_name} refused the match")
+
+    def retrace_text(self, e: BaseException) -> str:
+        """What a failed re-trace of the search function with the matched shapes says."""
+        fn = getattr(self.registration.search_fn, "__name__", "the search function")
+        first = (str(e).strip().splitlines() or [""])[0]
+        return (
+            f"re-tracing {fn} with the matched shapes failed ({type(e).__name__}: {_short(first, 300)}); "
+            "register_replacement re-traces the search function at every match"
+        )
 
     def rewrite(self, rw, match: Match) -> None:
         """Inductor's ``entry.apply(match, graph, node)`` on the live graph, every change it makes
@@ -449,6 +502,11 @@ class InductorPattern(RewritePattern):
             pm.compute_mutation_region_ids(graph)
 
 
+class RetraceError(RuntimeError):
+    """A ``register_replacement`` re-trace that raised something other than RuntimeError (which
+    Inductor takes as "no match"): Inductor's compile would raise it too."""
+
+
 def bindings(m: pm.Match) -> dict[str, str]:
     """A Match's KeywordArgs: name -> the node name, or the constant's repr."""
     return {k: (v.name if isinstance(v, Node) else repr(v)) for k, v in m.kwargs.items()}
@@ -457,3 +515,24 @@ def bindings(m: pm.Match) -> dict[str, str]:
 def is_inductor_file(module: types.ModuleType) -> bool:
     """True when the module defines a ``PatternMatcherPass`` (bound to a name or in a list)."""
     return bool(passes_of(module))
+
+
+def registration_failure(e: BaseException) -> str | None:
+    """What an exception raised inside ``register_replacement`` while a file ran means (its
+    first trace of the search function, or of the replacement, with the example inputs);
+    None for an exception raised elsewhere."""
+    tb = e.__traceback__
+    search_fn = None
+    while tb is not None:
+        f = tb.tb_frame
+        if f.f_code.co_name == "register_replacement" and f.f_globals.get("__name__") == pm.__name__:
+            search_fn = f.f_locals.get("search_fn")
+        tb = tb.tb_next
+    if search_fn is None:
+        return None
+    first = (str(e).strip().splitlines() or [""])[0]
+    name = getattr(search_fn, "__name__", "the search function")
+    return (
+        f"register_replacement could not trace the search function {name} with its example inputs "
+        f"({type(e).__name__}: {_short(first, 300)})"
+    )

@@ -201,7 +201,7 @@ def load_pattern_file(path: str | Path) -> PatternFile:
             ),
             None,
         )
-        raise PatternFileError(path, f"{type(e).__name__}: {e}", line) from e
+        raise PatternFileError(path, _inductor_failure(e) or f"{type(e).__name__}: {e}", line) from e
     finally:
         sys.modules.pop(mod_name, None)
     items: list[Any]
@@ -238,6 +238,15 @@ def _inductor_registrations(path: str):
     from optimus_lens.frontend.inductor_patterns import registrations
 
     return registrations(path)
+
+
+def _inductor_failure(e: BaseException) -> str | None:
+    """An exception from inside Inductor's ``register_replacement`` told as what failed."""
+    if "torch._inductor.pattern_matcher" not in sys.modules:
+        return None
+    from optimus_lens.frontend.inductor_patterns import registration_failure
+
+    return registration_failure(e)
 
 
 def _inductor_file(module: Any, regs: list, path: str) -> PatternFile:
@@ -299,12 +308,24 @@ class PreviewMatch:
 @dataclass
 class NearMiss:
     """A node a pattern could start from (its op is one of the pattern's anchors) where it
-    does not match: the reason, and the nodes matched before the failing condition."""
+    does not match: the reason, and the nodes matched before the failing condition;
+    ``stopped``, the node where matching stopped (Inductor patterns; "" when unknown or when a
+    check refused a whole match), and in the pattern's own graph (Inductor patterns:
+    ``PatternInfo.graph``) the nodes that matched (``pattern_partial``) and the one that
+    did not (``pattern_stopped``)."""
 
     pattern: str
     node: str
     reason: str
     partial: list[str]
+    stopped: str = ""
+    pattern_partial: list[str] = field(default_factory=list)
+    pattern_stopped: str = ""
+
+    @property
+    def reach(self) -> int:
+        """How far matching got: the nodes matched before it stopped."""
+        return len(self.partial)
 
 
 @dataclass
@@ -313,6 +334,12 @@ class Preview:
 
     matches: list[PreviewMatch]
     near_misses: list[NearMiss]
+
+    def best_near_miss(self, pattern: str | None = None) -> NearMiss | None:
+        """The near miss (of ``pattern``, None: of any) that got furthest (most nodes matched
+        before it stopped; the first in graph order among equals), or None when there is none."""
+        near = [m for m in self.near_misses if pattern is None or m.pattern == pattern]
+        return max(near, key=lambda m: m.reach, default=None)
 
     def to_json(self) -> dict:
         from dataclasses import asdict
@@ -353,10 +380,75 @@ def preview(gm: GraphModule, patterns: list[Pattern]) -> Preview:
         for n in nodes:
             m = _call(p, p.match, n)  # type: ignore[attr-defined]
             if isinstance(m, Miss):
-                misses.append(NearMiss(p.name, n.name, str(m), [x.name for x in getattr(m, "partial", [])]))
+                misses.append(
+                    NearMiss(
+                        p.name,
+                        n.name,
+                        str(m),
+                        [x.name for x in getattr(m, "partial", [])],
+                        getattr(m, "stopped", ""),
+                        list(getattr(m, "pattern_partial", [])),
+                        getattr(m, "pattern_stopped", ""),
+                    )
+                )
             elif m is not None:
                 matches.append(PreviewMatch(p.name, n.name, [x.name for x in m.nodes], m.info.get("keyword_args", {})))
     return Preview(matches, misses)
+
+
+@dataclass
+class PatternInfo:
+    """What a pattern file's pattern is, for drawing beside the model's graph: its name, form
+    (``register_replacement``, ``register_graph_pattern``, ...), pass, ``file:line``, the pattern
+    as Inductor prints it and as a graph (``graph``: a GraphSnapshot, what the search function
+    traced to; None where the pattern cannot be drawn)."""
+
+    name: str
+    form: str
+    pass_name: str
+    source: str
+    text: str = ""
+    graph: Any = None
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "form": self.form,
+            "pass": self.pass_name,
+            "source": self.source,
+            "text": self.text,
+            "graph": None if self.graph is None else self.graph.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> PatternInfo:
+        from optimus_lens.core.trace import GraphSnapshot
+
+        g = d.get("graph")
+        return cls(
+            d["name"], d["form"], d["pass"], d["source"], d.get("text", ""), GraphSnapshot.from_json(g) if g else None
+        )
+
+
+def pattern_infos(patterns: list[Pattern]) -> list[PatternInfo]:
+    """The drawable facts of each pattern that has its own graph (Inductor-language
+    patterns: ``drawing``); other forms are left out."""
+    out = []
+    for p in patterns:
+        drawing = getattr(p, "drawing", None)
+        if not hasattr(p, "pattern_text"):
+            continue
+        out.append(
+            PatternInfo(
+                p.name,
+                getattr(p, "form", ""),
+                getattr(p, "pass_name", ""),
+                p.source,
+                p.pattern_text,  # type: ignore[attr-defined]
+                drawing[0] if drawing else None,
+            )
+        )
+    return out
 
 
 def _target(n: Node) -> Any:
@@ -379,8 +471,9 @@ def pipeline_with(pattern_file: PatternFile, passes: list[str] | None = None, ba
     extra pass (named after the file; an Inductor-language file: one pass per ``PatternMatcherPass``,
     one sweep each, as ``PatternMatcherPass.apply``) at the end, judged by the catalogue's profit estimate
     where a pattern asks for ``profitable_only``. ``passes`` names the enabled passes, the file's pass
-    included (``["swish"]`` runs the file's patterns alone); None enables all. Raises
-    KeyError for an unknown pass name."""
+    included (``["swish"]`` runs the file's patterns alone; for an Inductor-language file the
+    file's stem stands for all its passes, so ``["addcmul"]`` runs every ``PatternMatcherPass`` of
+    ``addcmul.py``); None enables all. Raises KeyError for an unknown pass name."""
     from optimus_lens.core.pipeline import Pass, Pipeline
     from optimus_lens.passes import default_pipeline
     from optimus_lens.passes.profit import group_estimate
@@ -404,4 +497,7 @@ def pipeline_with(pattern_file: PatternFile, passes: list[str] | None = None, ba
             for name, pats in groups
         ]
     )
+    if passes is not None and pattern_file.groups and pattern_file.pass_name not in [n for n, _ in groups]:
+        stem = pattern_file.pass_name
+        passes = [x for p in passes for x in ([n for n, _ in groups] if p == stem else [p])]
     return pipe.only(list(passes)) if passes is not None else pipe
