@@ -54,26 +54,12 @@ def specs(draw):
     return spec
 
 
-#: the identity rules (remove_unbind_stack, simplify_split_cat, ...) can still return one tensor for
-#: two outputs, or the input for an output, until issue 21's output proofs (items 1-3) land; the
-#: step's verification now sees it ("output 0 now overlaps output 1") and fails the step. While this
-#: is True such a step is counted, not a failure; every other difference still fails the test. Set
-#: it to False once the FOUND_FAILING case "none" below passes (its strict xfail then says XPASS).
-ALIASING_OUTPUT_STEPS_EXPECTED = True
-
-
 def check_spec(spec: RandomSpec) -> None:
     model, inputs = build(spec)
     trace = optimize(model, inputs, verify="step", grads=spec.dtype == "float32", dynamic=spec.dynamic).trace
-    failed = [
-        s
-        for s in trace.failed_steps()
-        if not (ALIASING_OUTPUT_STEPS_EXPECTED and s.error is None and s.verify and s.verify.checked == "aliasing")
-    ]
+    failed = trace.failed_steps()
     assert not failed, [(s.index, s.pattern, s.error or (s.verify.message, s.verify.max_abs_err)) for s in failed]
-    final = trace.final_verify
-    aliasing_only = ALIASING_OUTPUT_STEPS_EXPECTED and final.checked == "aliasing"
-    assert final.ok or aliasing_only, final
+    assert trace.final_verify.ok, trace.final_verify
 
 
 # fixed examples (derandomize): the suite stays deterministic, benchmarks/fuzz.py explores
@@ -348,6 +334,7 @@ PASSING_NOW: tuple[str, ...] = (
     "autocast_region",
     "output_is_input",
     "as_strided_offset",
+    "zero_dim",
 )
 
 
@@ -360,17 +347,9 @@ def test_random_models_of_the_classes_that_pass_now_compute_what_eager_computes(
     assert eager_difference(spec) is None, spec
 
 
-XFAIL = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="still wrong under the default pipeline: a graph output that eager returns fresh becomes an "
-    "alias of an input (none: cat(split(x)) of eval-mode dropouts, whose Dynamo example value is a fresh "
-    "FakeTensor) or of another output (zero_dim); an XPASS means the class can join PASSING_NOW",
-)
-
 #: the minimal failing model each class had before effects were read from the ops' schemas
 #: (benchmarks/fuzz.py --per-class 60 --seed 1 --shrink), each failing only with its hazard except
-#: "none": cat(split(x)) of eval-mode dropouts becomes x. The ones still marked fail today.
+#: "none": cat(split(x)) of eval-mode dropouts becomes x. Each matches eager now.
 FOUND_FAILING = [
     pytest.param(
         RandomSpec(
@@ -389,7 +368,6 @@ FOUND_FAILING = [
             flavour=0,
         ),
         id="none",
-        marks=XFAIL,
     ),  # output aliasing differs: eager [((), ())], rewritten [((0,), ())]
     pytest.param(
         RandomSpec(
@@ -534,7 +512,6 @@ FOUND_FAILING = [
             flavour=1,
         ),
         id="zero_dim",
-        marks=XFAIL,
     ),  # output aliasing differs: eager [((), ()), ((), ())], rewritten [((), (1,)), ((), (0,))]
     pytest.param(
         RandomSpec(

@@ -424,6 +424,7 @@ class Engine:
             rw.validate()
             check.verify()
             safe.verify(self.gm.graph, rw.original_args)  # dtype, offsets, outputs, effects
+            rw.refresh_views()  # views of what the step replaced: their values in the new storage
         except Exception as e:  # noqa: BLE001 - any failure of the pattern is rolled back and reported
             rw.rollback()
             return self._failed(p, pattern, site, e, match_s, time.perf_counter() - t0)

@@ -17,6 +17,7 @@ from torch.fx import Node
 
 from optimus_lens.core.aliasing import region_miss
 from optimus_lens.core.miss import Miss, Refused
+from optimus_lens.core.outputs import output_chain
 from optimus_lens.core.stepcheck import trial_miss
 from optimus_lens.core.where import source_of
 
@@ -176,9 +177,13 @@ class AnchoredPattern(RewritePattern):
 def _output_trial(pattern: RewritePattern, m: Match) -> Miss | None:
     """Where the match's site feeds a graph output: the step check's answer on a trial of
     the rewrite (:func:`optimus_lens.core.stepcheck.trial_miss`), so a rewrite that would make
-    an output overlap an input or another output is refused with its reason."""
+    an output overlap an input or another output is refused with its reason. The site
+    feeds an output when one of its nodes is an output or what an output views
+    (:func:`optimus_lens.core.outputs.output_chain`)."""
     if not any(u.op == "output" for n in m.nodes for u in n.users):
-        return None
+        chain = output_chain(m.anchor.graph)
+        if not any(n in chain for n in m.nodes):
+            return None
     return trial_miss(pattern.rewrite, m, m.anchor.graph)
 
 

@@ -32,6 +32,7 @@ from torch.fx.node import map_arg
 
 from optimus_lens.core import aliasing, meta
 from optimus_lens.core import strides as _layout
+from optimus_lens.core.effects import effect
 from optimus_lens.core.hooks import node_hooks
 
 
@@ -292,6 +293,40 @@ class Rewriter:
             self._journal.append(("meta", node, key, node.meta.get(key, _MISSING)))
         node.meta[key] = value
         aliasing.touch(self.graph, (node,))
+
+    def refresh_views(self) -> list[Node]:
+        """Recompute the example value of every node this step rewired that may share its
+        storage with an input (a view: ``reshape``, ``getitem`` of a split, ...), and of the
+        views taken of those, so a view's value lies in the storage of what it views now,
+        not of the value it viewed before (which outputs overlap is read from those
+        storages). Journaled; a value that cannot be recomputed is kept. Returns the nodes
+        refreshed."""
+        todo = [n for n in self.changed if not n._erased and n not in self.created]
+        seen: set[Node] = set()
+        done: list[Node] = []
+        while todo:
+            n = todo.pop(0)
+            if n in seen or n.op not in ("call_function", "call_method"):
+                continue
+            seen.add(n)
+            if not effect(n).aliases:
+                continue
+            key, old = meta.value_key(n), meta.value(n)
+            try:
+                with aliasing.state_before(self.graph, n):
+                    got = meta.infer(n)
+            except Exception:  # noqa: BLE001 - keep the old value: the op's own checks ran when it was made
+                got = None
+            if old is None:
+                n.meta.pop(key, None)
+            else:
+                n.meta[key] = old
+            if got is None:
+                continue
+            self.set_meta(n, key, got)
+            done.append(n)
+            todo.extend(u for u in n.users if u not in seen)
+        return done
 
     def carry_meta(self, old: Node, new: Node) -> None:
         """Give ``new`` the source location and module path of the node it replaces (where it

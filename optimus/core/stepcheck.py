@@ -37,9 +37,10 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from optimus_lens.core import aliasing, meta
-from optimus_lens.core.effects import alias_root, effect, returns_input
+from optimus_lens.core import aliasing
+from optimus_lens.core.effects import alias_root, effect
 from optimus_lens.core.miss import Miss
+from optimus_lens.core.outputs import eager_tensor, output_chain, output_of, outputs_miss
 from optimus_lens.core.rewriter import Listener, Rewriter
 from optimus_lens.core.strides import offset_use
 
@@ -53,16 +54,9 @@ class UnsafeRewrite(RuntimeError):
 # ----------------------------------------------------------------------------- values
 
 
-def _tensor(n: Any) -> torch.Tensor | None:
-    while isinstance(n, Node) and (r := returns_input(n)) is not None:
-        n = r  # eager mode returns the input itself: its value is the input's
-    v = meta.value(n)
-    return v if isinstance(v, torch.Tensor) else None
-
-
 def dtype_miss(old: Node, new: Any) -> Miss | None:
     """A Miss when ``new`` would replace ``old`` with another dtype."""
-    a, b = _tensor(old), _tensor(new)
+    a, b = eager_tensor(old), eager_tensor(new)
     if a is None or b is None or a.dtype == b.dtype:
         return None
     return Miss(f"{_name(new)} is {_dt(b)} where {old.name} is {_dt(a)} (a replacement must keep the dtype)")
@@ -71,7 +65,7 @@ def dtype_miss(old: Node, new: Any) -> Miss | None:
 def offset_miss(old: Node, new: Any, users: list[Node] | None = None) -> Miss | None:
     """A Miss when ``new`` starts at another storage offset than ``old`` and a use of
     ``old`` (``users``, default all) reads the offset, directly or through a view."""
-    a, b = _tensor(old), _tensor(new)
+    a, b = eager_tensor(old), eager_tensor(new)
     if a is None or b is None:
         return None
     try:
@@ -102,77 +96,6 @@ def _dt(t: torch.Tensor) -> str:
 
 def _name(n: Any) -> str:
     return n.name if isinstance(n, Node) else repr(n)
-
-
-# ----------------------------------------------------------------------------- outputs
-
-
-def output_overlaps(
-    values: list[Any], graph, spans_in: list[Any] | None = None
-) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
-    """For each graph output value (a node or a constant): the placeholders (by index)
-    and the other outputs whose memory it overlaps, from example values (storage spans);
-    None when a span cannot be read (symbolic sizes without hints). ``spans_in``: the
-    placeholders' spans (:func:`placeholder_spans`) when the caller has them."""
-    if spans_in is None:
-        spans_in = placeholder_spans(graph)
-    spans_out = [_span(v) for v in values]
-    if any(s is False for s in spans_in + spans_out):
-        return None
-    out = []
-    for i, s in enumerate(spans_out):
-        ins = tuple(j for j, t in enumerate(spans_in) if _overlap(s, t))
-        others = tuple(j for j, t in enumerate(spans_out) if j != i and _overlap(s, t))
-        out.append((ins, others))
-    return out
-
-
-def placeholder_spans(graph) -> list[Any]:
-    """The storage span of every placeholder's tensor value, in placeholder order (see
-    :func:`output_overlaps`)."""
-    return [_span(p) for p in graph.nodes if p.op == "placeholder"]
-
-
-def _span(n: Any) -> Any:
-    """The storage span of a node's tensor value; None for a non-tensor; False when unreadable."""
-    t = _tensor(n) if isinstance(n, Node) else None
-    if t is None:
-        return None
-    s = aliasing.storage_span(t)
-    return False if s is None else s
-
-
-def _overlap(a: Any, b: Any) -> bool:
-    return a is not None and b is not None and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
-
-
-def _flat_outputs(args: Any) -> list[Any]:
-    out: list[Any] = []
-    torch.fx.node.map_aggregate(args, out.append)
-    return [v for v in out if not isinstance(v, (tuple, list, dict))]
-
-
-def outputs_miss(graph, before: Any, after: Any) -> Miss | None:
-    """A Miss when the graph outputs ``after`` (the output node's arguments) overlap the
-    inputs or each other differently from ``before``."""
-    b, a = _flat_outputs(before), _flat_outputs(after)
-    if len(a) != len(b):
-        return None
-    spans_in = placeholder_spans(graph)  # once for both (a graph at 21k nodes has ~10k placeholders)
-    ob, oa = output_overlaps(b, graph, spans_in), output_overlaps(a, graph, spans_in)
-    if ob is None or oa is None or ob == oa:
-        return None
-    i = next(k for k in range(len(oa)) if oa[k] != ob[k])
-    return Miss(
-        f"graph output {i} would overlap {_overlap_text(oa[i])} where it overlapped {_overlap_text(ob[i])} "
-        f"(the caller could see a write to one in the other)"
-    )
-
-
-def _overlap_text(sig: tuple) -> str:
-    ins, outs = sig
-    parts = [f"input {j}" for j in ins] + [f"output {j}" for j in outs]
-    return ", ".join(parts) if parts else "nothing"
 
 
 def trial_miss(rewrite: Any, match: Any, graph: Any) -> Miss | None:
@@ -221,6 +144,11 @@ def replacement_miss(old: Node, new: Any) -> Miss | None:
     if out is not None:
         after = torch.fx.node.map_arg(out.args, lambda n: new if n is old else n)
         miss = outputs_miss(old.graph, out.args, after)
+        if miss:
+            return miss
+    elif old in output_chain(old.graph):  # an output is a view of old
+        out = output_of(old.graph)
+        miss = outputs_miss(old.graph, out.args, out.args, subst={old: new}) if out is not None else None
         if miss:
             return miss
     ge = aliasing.analysis(old.graph)
@@ -380,16 +308,28 @@ class StepCheck(Listener):
             miss = dtype_miss(old, new) or offset_miss(old, new, live)
             if miss:
                 raise UnsafeRewrite(str(miss))
-        out = self.output_node
+        out = self.output_node or output_of(graph)
         before = original(out) if out is not None and original is not None else None
+        if out is not None and before is None and self.rewired:
+            chain = output_chain(graph)
+            if any(n in chain for n in self.rewired):  # a view an output is now views something else
+                before = out.args
         if out is not None and before is not None:
-            miss = outputs_miss(graph, before, out.args)
+            miss = outputs_miss(graph, before, out.args, self._moved())
             if miss:
                 raise UnsafeRewrite(str(miss))
         with aliasing.positions_during(graph, self.positions) as ge:  # one numbering: before the step
             if ge.quiet and not self.erased_effectful:
                 return
             self._effects(ge)
+
+    def _moved(self) -> dict[Node, dict[Node, Node]]:
+        """For each node whose inputs the step changed: new input -> old input."""
+        moved: dict[Node, dict[Node, Node]] = {}
+        for old, new, users in self.moves:
+            for u in users:
+                moved.setdefault(u, {}).setdefault(new, old)
+        return moved
 
     def _effects(self, ge: aliasing.GraphEffects) -> None:
         pos = self.positions

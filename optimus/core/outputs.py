@@ -1,0 +1,192 @@
+"""Which graph outputs overlap the graph's inputs or each other, as eager mode lays them out.
+
+A rewrite must not change it (:mod:`optimus_lens.core.stepcheck`): ``cat(split(x)) -> x``
+as an output makes the output the input itself, a fusion can make two outputs slices of
+one stacked tensor. Read from example values' storage spans
+(:func:`optimus_lens.core.aliasing.storage_span`: storage, first byte, one past the last
+byte), corrected for what example values do not show: a node whose eager result is its
+input itself (eval-mode dropout; its example value is a fresh FakeTensor), and views whose
+input a step replaced (their example values still lie in the old input's storage).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch.fx import Node
+
+from optimus_lens.core import aliasing, meta
+from optimus_lens.core.effects import effect, returns_input
+from optimus_lens.core.miss import Miss
+
+
+def eager_tensor(n: Any) -> torch.Tensor | None:
+    """The example value eager mode would return for ``n``: the input's own, up the nodes
+    that return their input itself (:func:`optimus_lens.core.effects.returns_input`)."""
+    while isinstance(n, Node) and (r := returns_input(n)) is not None:
+        n = r
+    v = meta.value(n)
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def output_overlaps(
+    values: list[Any],
+    graph,
+    spans_in: list[Any] | None = None,
+    moved: Mapping[Node, Mapping[Node, Node]] | None = None,
+    subst: Mapping[Node, Node] | None = None,
+) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
+    """For each graph output value (a node or a constant): the placeholders (by index)
+    and the other outputs whose memory it overlaps, from example values (storage spans);
+    None when a span cannot be read (symbolic sizes without hints). ``spans_in``: the
+    placeholders' spans (:func:`placeholder_spans`) when the caller has them. ``moved`` and
+    ``subst`` describe a step whose views still carry the values of what they viewed
+    before it (:func:`live_span`)."""
+    if spans_in is None:
+        spans_in = placeholder_spans(graph)
+    spans_out = [live_span(v, moved or {}, subst or {}) for v in values]
+    if any(s is False for s in spans_in + spans_out):
+        return None
+    out = []
+    for i, s in enumerate(spans_out):
+        ins = tuple(j for j, t in enumerate(spans_in) if _overlap(s, t))
+        others = tuple(j for j, t in enumerate(spans_out) if j != i and _overlap(s, t))
+        out.append((ins, others))
+    return out
+
+
+def placeholder_spans(graph) -> list[Any]:
+    """The storage span of every placeholder's tensor value, in placeholder order (see
+    :func:`output_overlaps`)."""
+    return [_span(p) for p in graph.nodes if p.op == "placeholder"]
+
+
+def _span(n: Any, depth: int = 0) -> Any:
+    """The storage span of a node's tensor value as eager mode would lay it out; None for
+    a non-tensor; False when unreadable.
+
+    A node whose eager result is its input itself (:func:`returns_input`: eval-mode
+    dropout) may carry a fresh example value (Dynamo's and ``meta.infer``'s are): the span
+    of it, and of every view taken of it, is moved into the storage of the input it
+    returns (``flatten(movedim(dropout(x)))`` overlaps ``x``)."""
+    t = eager_tensor(n) if isinstance(n, Node) else None
+    if t is None:
+        return None
+    s = aliasing.storage_span(t)
+    if s is None:
+        return False
+    owner = n
+    seen = {n}
+    while (src := returns_input(owner)) is None:  # up the views that share this storage
+        up = [a for a in effect(owner).aliases if a not in seen and _key(a) == s[0]]
+        if not up:
+            return s
+        owner = up[0]
+        seen.add(owner)
+    if owner is n or depth > 64:  # eager_tensor already read the input's own value
+        return s
+    base, mine = _span(src, depth + 1), aliasing.storage_span(meta.value(owner))
+    if not base or mine is None:
+        return base if base is not None else s
+    shift = base[1] - mine[1]  # the owner's value is its input's: same layout, other storage
+    return (base[0], s[1] + shift, s[2] + shift)
+
+
+def live_span(n: Any, moved: Mapping[Node, Mapping[Node, Node]], subst: Mapping[Node, Node], depth: int = 0) -> Any:
+    """:func:`_span` of ``n`` as it is after a step that changed what a view reads, whose
+    example value was computed from the input it had before (``reshape(y)`` with ``y``
+    replaced by ``flatten(movedim(stacked))``: its value still lies in ``y``'s storage).
+    ``moved``: for each node whose inputs the step changed, new input -> old input;
+    ``subst``: for a replacement not made yet, old -> new. Up the alias edges to the input
+    whose storage the value shares: when that input now lies elsewhere, the span moves with
+    it (the view keeps its place relative to what it views: the layout checks prove the
+    replacement's strides and offset equal where a view reads them)."""
+    s = _span(n)
+    if not s or depth > 64 or not isinstance(n, Node) or not (moved or subst):
+        return s
+    was = moved.get(n, {})
+    for a in effect(n).aliases:
+        r = _span(was.get(a, a))  # what the value was computed from
+        if not r or r[0] != s[0]:
+            continue
+        now = live_span(subst.get(a, a), moved, subst, depth + 1)
+        if now is False:
+            return False
+        if not now or now == r:
+            return s
+        shift = now[1] - r[1]
+        return (now[0], s[1] + shift, s[2] + shift)
+    return s
+
+
+def output_of(graph) -> Node | None:
+    """The graph's output node, or None."""
+    return next(iter(graph.find_nodes(op="output")), None)
+
+
+def output_chain(graph, limit: int = 4096) -> set[Node]:
+    """The graph outputs' values and every node whose storage one of them may share: up
+    the alias edges (views, ``getitem`` of a split) and the inputs a node returns as
+    themselves. A rewrite that changes any of them can change which outputs overlap."""
+    out = output_of(graph)
+    if out is None:
+        return set()
+    seen: set[Node] = set()
+    todo = [a for a in _flat_outputs(out.args) if isinstance(a, Node)]
+    while todo and len(seen) < limit:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        e = effect(m)
+        todo.extend(e.aliases)
+        if e.identity is not None:
+            todo.append(e.identity)
+    return seen
+
+
+def _key(n: Node) -> Any:
+    v = meta.value(n)
+    return aliasing.storage_key(v) if isinstance(v, torch.Tensor) else None
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    return a is not None and b is not None and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+
+
+def _flat_outputs(args: Any) -> list[Any]:
+    out: list[Any] = []
+    torch.fx.node.map_aggregate(args, out.append)
+    return [v for v in out if not isinstance(v, (tuple, list, dict))]
+
+
+def outputs_miss(
+    graph,
+    before: Any,
+    after: Any,
+    moved: Mapping[Node, Mapping[Node, Node]] | None = None,
+    subst: Mapping[Node, Node] | None = None,
+) -> Miss | None:
+    """A Miss when the graph outputs ``after`` (the output node's arguments) overlap the
+    inputs or each other differently from ``before``; ``moved`` / ``subst``: the step's
+    changes to the views the outputs are (:func:`live_span`)."""
+    b, a = _flat_outputs(before), _flat_outputs(after)
+    if len(a) != len(b):
+        return None
+    spans_in = placeholder_spans(graph)  # once for both (a graph at 21k nodes has ~10k placeholders)
+    ob, oa = output_overlaps(b, graph, spans_in), output_overlaps(a, graph, spans_in, moved, subst)
+    if ob is None or oa is None or ob == oa:
+        return None
+    i = next(k for k in range(len(oa)) if oa[k] != ob[k])
+    return Miss(
+        f"graph output {i} would overlap {_overlap_text(oa[i])} where it overlapped {_overlap_text(ob[i])} "
+        f"(the caller could see a write to one in the other)"
+    )
+
+
+def _overlap_text(sig: tuple) -> str:
+    ins, outs = sig
+    parts = [f"input {j}" for j in ins] + [f"output {j}" for j in outs]
+    return ", ".join(parts) if parts else "nothing"
