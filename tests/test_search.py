@@ -28,6 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx import Graph, GraphModule, Node
 
 from optimus_lens import sample_models
+from optimus_lens.core import aliasing
 from optimus_lens.core.engine import Engine, RunOptions, copy_graph_module
 from optimus_lens.core.index import GraphIndex
 from optimus_lens.core.miss import Miss
@@ -122,7 +123,7 @@ def ref_greedy(nodes: list[Node], opts: SearchOptions):
         node_list = next_round
 
 
-def ref_repair(graph: Graph, nodes: list[Node]) -> None:
+def ref_repair_each(graph: Graph, nodes: list[Node]) -> None:
     """Move every node that precedes one of its inputs to just after its latest input."""
     work = deque(nodes)
     while work:
@@ -134,6 +135,60 @@ def ref_repair(graph: Graph, nodes: list[Node]) -> None:
         if where[latest] >= where[v]:
             latest.append(v)
             work.extend(v.users)
+
+
+def ref_repair(graph: Graph, nodes: list[Node]) -> None:
+    """The engine's repair: node by node where the graph has effects, else one block."""
+    if aliasing.analysis(graph).quiet:
+        ref_repair_block(graph, nodes)
+    else:
+        ref_repair_each(graph, nodes)
+
+
+def ref_repair_block(graph: Graph, nodes: list[Node]) -> None:
+    """The block repair rule, plainly: the nodes now at or before one of their inputs (late)
+    move as one block, either down (with every user of a moved node at or before the
+    latest input the block reads, placed after that input) or up (with every input of a
+    late node at or after it and every input of a moved node at or after the first late
+    node, placed before the first node from there that stays), the smaller block, down
+    on a tie, never a placeholder up; in the block, by longest path from its first
+    nodes, then list order."""
+    where = {n: i for i, n in enumerate(graph.nodes)}
+    late = [v for v in dict.fromkeys(nodes) if not v._erased and any(where[i] >= where[v] for i in v.all_input_nodes)]
+    if not late:
+        return
+    down = set(late)
+    while True:
+        top = max(where[i] for v in down for i in v.all_input_nodes)
+        more = {u for v in down for u in v.users if u not in down and where[u] <= top}
+        if not more:
+            break
+        down |= more
+    first = min(where[v] for v in late)
+    up = {i for v in late for i in v.all_input_nodes if where[i] >= where[v]}
+    while True:
+        more = {i for v in up for i in v.all_input_nodes if i not in up and where[i] >= first}
+        if not more:
+            break
+        up |= more
+    going_up = len(up) < len(down) and all(n.op != "placeholder" for n in up)
+    block = up if going_up else down
+
+    @functools.cache
+    def depth(v: Node) -> int:
+        return max((depth(i) + 1 for i in v.all_input_nodes if i in block), default=0)
+
+    order = sorted(block, key=lambda v: (depth(v), where[v]))
+    if going_up:
+        stay = [n for n in graph.nodes if where[n] >= first and n not in block]
+        anchor = stay[0] if stay else graph._root
+        for v in order:
+            anchor.prepend(v)
+    else:
+        cur = [n for n in graph.nodes if where[n] <= top and n not in block][-1]
+        for v in order:
+            cur.append(v)
+            cur = v
 
 
 def reference_run(
@@ -684,6 +739,82 @@ def test_repair_moves_a_node_created_before_its_inputs_and_its_users():
     index.check()
     order = list(g.nodes)
     assert order.index(s) > order.index(c) and order.index(d) > order.index(s)
+
+
+def _chains(n: int, depth: int) -> tuple[Graph, list[list[Node]]]:
+    """Placeholder a, then n chains of ``depth`` relus on it, chain after chain."""
+    g = Graph()
+    a = g.placeholder("a")
+    chains = []
+    for _ in range(n):
+        h, chain = a, []
+        for _ in range(depth):
+            h = g.call_function(torch.relu, (h,))
+            chain.append(h)
+        chains.append(chain)
+    g.output(tuple(c[-1] for c in chains))
+    return g, chains
+
+
+def test_repair_moves_the_late_inputs_of_a_new_node_up_when_that_moves_fewer_nodes():
+    g, chains = _chains(4, 5)
+    index = GraphIndex(g)
+    with g.inserting_before(chains[0][1]):  # reads the first node of every chain
+        s = g.call_function(torch.stack, ([c[0] for c in chains],))
+    chains[0][1].replace_input_with(chains[0][0], s)
+    moved = index.update([s], [], [chains[0][1]], block=True)
+    index.check()
+    assert moved == 3  # chains 1..3's first nodes, not chain 0's tail below s
+    order = list(g.nodes)
+    assert [order.index(c[0]) for c in chains[1:]] == sorted(order.index(c[0]) for c in chains[1:])
+    assert order.index(chains[3][0]) < order.index(s)
+
+
+def test_repair_moves_a_block_down_when_moving_inputs_up_would_move_more_or_a_placeholder():
+    g, chains = _chains(2, 6)
+    index = GraphIndex(g)
+    with g.inserting_before(chains[0][0]):  # reads the last node of chain 1: its 6 nodes would go up
+        s = g.call_function(torch.neg, (chains[1][-1],))
+    t = g.call_function(torch.tanh, (s,))
+    s.append(t)
+    moved = index.update([s, t], [], [], block=True)
+    index.check()
+    assert moved == 2
+    order = list(g.nodes)
+    assert order.index(chains[1][-1]) < order.index(s) < order.index(t)
+    g, chains = _chains(2, 3)
+    with g.inserting_before(g.output_node()):
+        b = g.placeholder("b")  # last in the list: a late input that is a placeholder
+    index = GraphIndex(g)
+    with g.inserting_before(chains[0][0]):
+        u = g.call_function(torch.add, (chains[0][0], b))
+        v = g.call_function(torch.neg, (u,))
+        w = g.call_function(torch.neg, (v,))
+    moved = index.update([u, v, w], [], [], block=True)  # up would move b alone, down moves all three
+    index.check()
+    assert moved == 3
+    order = list(g.nodes)
+    assert order.index(b) == order.index(u) - 1 and order.index(b) > order.index(chains[1][-1])
+
+
+@pytest.mark.parametrize("n_towers, layers", [(8, 6), (16, 3)])
+def test_repair_moves_at_most_one_node_per_tower_per_step_on_a_towers_graph(n_towers, layers):
+    """A fusion is inserted before its first member and reads the last tower's input:
+    repair lifts the other towers' inputs above it instead of moving their later
+    layers below it (which made the moves quadratic in depth)."""
+    gm = towers(n_towers, layers)
+    eng = Engine(gm, (), default_pipeline(), RunOptions(verify="off", record=False))
+    moves = []
+    update = eng.index.update
+
+    def counted(*args, **kwargs):
+        moves.append(update(*args, **kwargs))
+        return moves[-1]
+
+    eng.index.update = counted  # type: ignore[method-assign]
+    eng.run()
+    eng.index.check()
+    assert len(moves) > layers and max(moves) <= n_towers, moves
 
 
 # --------------------------------------------------------------------------- sample models

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import operator
 import types
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,23 +101,33 @@ class NodeEffect:
 
 
 PURE = NodeEffect(source="no effect")
-_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> (check, NodeEffect)
+_MEMO = "_optimus_effect"  # the node attribute holding (target, args, kwargs, value, NodeEffect)
 
 
 def effect(node: Node) -> NodeEffect:
     """The :class:`NodeEffect` of ``node`` (see the module docstring for the sources).
-    Memoised per node while its target, arguments and example value stay the same
-    objects (a rewrite that changes them is answered afresh). Never raises: what cannot be
-    read is the unknown, conservative answer."""
-    check = (node.target, node.args, node.kwargs, node.meta.get("example_value", node.meta.get("val")))
-    hit = _CACHE.get(node)
-    if hit is not None and all(a is b for a, b in zip(hit[0], check)):
-        return hit[1]
+    Memoised on the node itself while its target, arguments and example value stay the
+    same objects (a rewrite that changes them is answered afresh; a copied graph's nodes
+    start with no memo). Never raises: what cannot be read is the unknown, conservative
+    answer."""
+    m = node.meta
+    value = m.get("example_value")
+    if value is None:
+        value = m.get("val")
+    hit = node.__dict__.get(_MEMO)
+    if (
+        hit is not None
+        and hit[0] is node.target
+        and hit[1] is node._args
+        and hit[2] is node._kwargs
+        and hit[3] is value
+    ):
+        return hit[4]
     try:
         got = _resolve(node)
     except Exception as e:  # noqa: BLE001 - an op we cannot read is unknown, not an error
         got = _unknown(node, f"cannot read its effects ({type(e).__name__})")
-    _CACHE[node] = (check, got)
+    object.__setattr__(node, _MEMO, (node.target, node._args, node._kwargs, value, got))  # not Node.__setattr__
     return got
 
 

@@ -128,7 +128,8 @@ class IndexListener(RecordingListener):
         """Apply the step's changes to the indexes; returns the created nodes still alive."""
         rec = self.rec
         created = rec.created_alive()
-        self.engine.index.update(created, rec.erased, rec.rewired)
+        quiet = aliasing.analysis(self.engine.gm.graph).quiet  # no place matters but the data edges'
+        self.engine.index.update(created, rec.erased, rec.rewired, block=quiet)
         self.engine._note_change(rec, created)
         return created
 

@@ -437,7 +437,9 @@ def final_places(pos: Mapping[Node, int], created: list[Node], rewired: list[Nod
     comparable with ``pos`` (the index before the step), strictly between the positions
     of their final neighbours. The same moves as repair, simulated on a copy of the list
     links: a node that precedes its latest input moves right after it, then its users are
-    re-checked, first in first out."""
+    re-checked, first in first out. That is repair in a graph with effects, the only one
+    where places are checked; in one without, the engine moves a block instead
+    (``GraphIndex.repair(block=True)``), and no proof reads a place."""
     place: dict[Node, Fraction] = {}
     nxt: dict[Node, Node] = {}
     prv: dict[Node, Node] = {}
