@@ -13,7 +13,7 @@ app: setup
 test:
 	scripts/setup.sh --browser
 	$(MAKE) lint
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q -n 2
 
 # ruff (lint + format check) and mypy on the public API; configuration in pyproject.toml
 lint:
