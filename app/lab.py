@@ -309,24 +309,40 @@ def apply_panel(state, r, stale: bool = False) -> None:
     st.caption(f"{data.get('device', 'cpu')}, {data.get('method', '')}; ratios from one run, stages interleaved")
 
 
+def file_passes(trace) -> list[str]:
+    """The passes of ``trace`` (every graph's) that a pattern file made: those that are not
+    shipped passes of the pre-grad or post-grad pipeline (a file's pass may not take a shipped
+    name, :func:`optimus_lens.frontend.patternfile.pipeline_with`): the file's own pass, or one
+    per ``PatternMatcherPass`` of an Inductor file (``addcmul_fusion``), named apart from the file."""
+    from optimus_lens.passes import default_pipeline
+    from optimus_lens.passes.post_grad import post_grad_pipeline
+
+    shipped = {*default_pipeline().names(), *post_grad_pipeline().names()}
+    return list(dict.fromkeys(p["name"] for t in trace.traces() for p in t.passes if p["name"] not in shipped))
+
+
 def open_in_viewer(state, trace) -> None:
     """Button callback: show ``trace`` in the step viewer page (on the next run,
     :func:`optimus_lens.app.state.go_to`) with its model and the pattern: the sidebar names the
-    model (:func:`optimus_lens.app.state.show_model`) and ticks the trace's passes, the pattern's
-    own toggle among them, and Run, Why not? and the code diff work on it. The pattern's code
-    runs there too only in a child process."""
+    model (:func:`optimus_lens.app.state.show_model`), its Stage and Mode are the result's, and it
+    ticks the passes of every graph of the trace (the post-grad panel's for the ATen graphs),
+    the pattern's own toggle standing for the file's passes (:func:`file_passes`: for an Inductor
+    file its ``PatternMatcherPass`` es, not named after the file); the view opens on the first
+    graph with a step (the forward ATen graph of a post-grad run). Run, Why not? and the code
+    diff work on it. The pattern's code runs there too only in a child process."""
     from optimus_lens.app.toggles import OURS, USE_PATTERN
 
     spec, name, source, stage, mode = state["lab_ran"]
     state["run_stage"], state["run_mode"] = stage, mode  # Run in the viewer runs the same stage again
+    mine = file_passes(trace) or [lab_runner.pass_name(name)]
+    state["view_graph"] = next((t.graph for t in trace.traces() if t.steps), trace.graph)
     S.set_trace(state, trace, spec, f"Pattern Lab: {lab_runner.pass_name(name)}.py on {spec}")
-    state["pattern"] = {"name": name, "source": source}
+    state["pattern"] = {"name": name, "source": source, "passes": mine}
     S.show_model(state, spec)
-    stem = lab_runner.pass_name(name)
-    for p in trace.passes:
-        if p["name"] == stem:
-            state[USE_PATTERN] = bool(p.get("enabled", True))
-        else:
+    ran = [p for t in trace.traces() for p in t.passes]
+    state[USE_PATTERN] = any(p.get("enabled", True) for p in ran if p["name"] in mine)
+    for p in ran:
+        if p["name"] not in mine:
             state[f"pass:{p['name']}"] = bool(p.get("enabled", True))
     state["pass_source"], state["verify"] = OURS, "step"  # the Lab verifies every step
     S.go_to(state, S.VIEWER)
