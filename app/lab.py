@@ -37,6 +37,13 @@ STARTERS = {
     "BatchPattern class": "batch.py",
     "Inductor's pattern language (register_replacement)": "inductor.py",
 }
+#: the pattern's name when a starter is loaded (its file and pass are named after it)
+STARTER_NAMES = {
+    S.LAB_STARTER: S.LAB_NAME,
+    "rule.py": "swish_rule",
+    "batch.py": "batch_sigmoid",
+    "inductor.py": "addcmul",
+}
 #: the Stage box: "auto" follows where the file's passes would run (lab_runner.default_stage)
 STAGE_CHOICES = ("auto", *lab_runner.STAGES)
 SPEC_HELP = (
@@ -97,7 +104,7 @@ def _on_upload() -> None:
 def _on_starter() -> None:
     state = st.session_state
     kind = state["lab_starter_kind"]
-    replace_code(state, starter(kind), None, f"starter: {kind}")
+    replace_code(state, starter(kind), STARTER_NAMES[STARTERS[kind]], f"starter: {kind}")
 
 
 def _on_sample() -> None:
@@ -120,7 +127,7 @@ def _editor(state: MutableMapping, annotations: list[dict]) -> str:
         value=source,
         language="python",
         theme="chrome",
-        font_size=14,
+        font_size=15,  # at 14 px Ace's 16 px lines hide '_' in DejaVu Sans Mono (Linux's monospace)
         min_lines=18,
         max_lines=40,
         annotations=annotations or None,
@@ -151,7 +158,11 @@ def controls(state) -> None:
     )
     c3.selectbox("Start from", list(STARTERS), key="lab_starter_kind", persist_state=S.KEEP)
     c4.button(
-        "Load", key="lab_load_starter", on_click=_on_starter, width="stretch", help="put the starter in the editor"
+        "Load",
+        key="lab_load_starter",
+        on_click=_on_starter,
+        width="stretch",
+        help="put the starter in the editor and name the pattern after it",
     )
     d1, d2, _ = st.columns([2, 1.6, 4.4], vertical_alignment="bottom")
     auto = lab_runner.default_stage(state["lab_source"])
@@ -201,7 +212,7 @@ def page() -> None:
         made_from = ran_with(state)
         spec, name, source, stage, mode = made_from
         blocked = bool(errs) or not spec or not name
-        b1, b2, b3 = st.columns(3)
+        b1, b2, b3, b4 = st.columns([1, 1.6, 1.1, 1.2], gap="small")
         limit = state["lab_time_limit"]
         if b1.button("Preview", type="primary", disabled=blocked, key="lab_preview"):
             with st.spinner("Matching in a separate process…"):
@@ -218,9 +229,10 @@ def page() -> None:
             mime="text/x-python",
             key="lab_save",
         )
+        with b4.popover("Load .py", help="load a pattern file into the editor"):  # keeps the graphs near the top
+            st.file_uploader("Load a pattern file (.py)", type=["py"], key="lab_upload", on_change=_on_upload)
         if not spec or not name:
             st.caption("Name the model and the pattern to preview or apply it.")
-        st.file_uploader("Load a pattern file (.py)", type=["py"], key="lab_upload", on_change=_on_upload)
         if state.get("lab_upload_error"):
             st.error(state.pop("lab_upload_error"))
     with right:
@@ -283,8 +295,9 @@ def apply_panel(state, r, stale: bool = False) -> None:
     )
     if c2.button("Time it", key="lab_time", disabled=stale, help=why_off):
         with st.spinner("Timing in a separate process (one thread, interleaved rounds)…"):
-            spec, name, source = state["lab_ran"][:3]
-            state["lab_bench"] = (state["lab_ran"], lab_runner.bench(spec, source, name))
+            spec, name, source, stage, mode = state["lab_ran"]
+            r = lab_runner.bench(spec, source, name, stage=stage, mode=mode)
+            state["lab_bench"] = (state["lab_ran"], r)
     kept = state.get("lab_bench")
     if kept is None or kept[0] != state.get("lab_ran"):
         return

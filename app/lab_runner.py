@@ -275,16 +275,28 @@ def why(
 
 
 def bench(
-    spec: str, source: str, name: str = "my_pattern", repeats: int = 30, time_limit_s: float = 3 * TIME_LIMIT_S
+    spec: str,
+    source: str,
+    name: str = "my_pattern",
+    repeats: int = 30,
+    time_limit_s: float = 3 * TIME_LIMIT_S,
+    stage: str = "pre-grad",
+    mode: str = "inference",
 ) -> LabResult:
     """Time the captured graph against the graph after the source's pass (``optimus bench
-    --pattern-file ... --passes NAME``, one thread), in the child process; the stages'
+    --pattern-file ... --passes NAME``, one thread), in the child process; ``stage`` post-grad
+    times the ATen graph before and after the file's passes (stages ``post:baseline``,
+    ``post:PASS``), ``mode`` training forward and backward (``--stage``, ``--mode``). The stages'
     JSON is in ``extra["bench"]`` (see :meth:`optimus_lens.perf.timings.BenchResult.to_json`)."""
     stem = pass_name(name)
     code, log, outs, secs, _ = _run(
         [
             "bench",
             spec,
+            "--stage",
+            stage,
+            "--mode",
+            mode,
             "--pattern-file",
             "{file}",
             "--passes",

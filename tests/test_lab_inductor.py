@@ -247,12 +247,18 @@ def test_a_post_grad_result_opens_in_the_step_viewer_on_its_aten_graph_with_the_
     at = AppTest.from_file("../app/main.py", default_timeout=240).run()
     at.session_state["page_choice"] = "Pattern Lab"
     at.run()
-    source = starter(next(k for k in STARTERS if "Inductor" in k)) + ADD_MUL
-    for k, v in {"lab_source": source, "lab_name": "addcmul", "lab_spec": spec, "lab_time_limit": 120.0}.items():
+    kind = next(k for k in STARTERS if "Inductor" in k)
+    at.selectbox(key="lab_starter_kind").select(kind).run()
+    at.button(key="lab_load_starter").click().run()
+    assert at.session_state["lab_name"] == "addcmul"  # a starter names the pattern (docs: addcmul.py)
+    source = starter(kind) + ADD_MUL
+    for k, v in {"lab_source": source, "lab_spec": spec, "lab_time_limit": 120.0}.items():
         at.session_state[k] = v
     at.run()
     at.button(key="lab_apply").click().run()
     assert "**1 step(s)** (forward: 1 step(s), 7 → 6 nodes)" in _texts(at)
+    at.button(key="lab_time").click().run()  # timed on the stage it ran on: the ATen graph
+    assert list(at.dataframe[-1].value["stage"]) == ["post:baseline", "post:addcmul_fusion"]
     at.button(key="lab_open").click().run()
     assert not at.exception, [e.value for e in at.exception]
     ss = at.session_state
@@ -268,6 +274,7 @@ def test_a_post_grad_result_opens_in_the_step_viewer_on_its_aten_graph_with_the_
     assert set(ticks) == post and not any(ticks.values())  # the post-grad panel: the run's, none on
     assert not any("changed" in w.value for w in at.warning), [w.value for w in at.warning]  # nothing stale
     assert any("add_mul" in m.value and "addcmul_fusion" in m.value for m in at.markdown)  # the step on screen
+    assert any("pre-grad 7 → 7 nodes in 0 steps; forward 7 → 6 nodes in 1 step " in m.value for m in at.markdown)
     assert any("1 post-grad passes (the last: your pattern addcmul" in c.value for c in at.caption)
     ss["why_panel"], ss["why_node"] = True, "add"
     at.run()
