@@ -443,10 +443,13 @@ def page() -> None:
             "You can also open a saved trace file."
         )
         return
-    s = viz.trace_summary(trace)
+    counts = "; ".join(  # each graph of a run with ATen graphs (a post-grad run's steps are there)
+        f"{t.graph + ' ' if trace.graphs else ''}{t.nodes_before:,} → {t.nodes_after:,} nodes in "
+        f"{len(t.steps)} step{'' if len(t.steps) == 1 else 's'}"
+        for t in trace.traces()
+    )
     st.markdown(
-        f"**{trace.model or 'model'}**: {s['nodes_before']:,} → {s['nodes_after']:,} nodes in "
-        f"{s['steps']} steps <span style='color:#888'>· {ss.source}</span>",
+        f"**{trace.model or 'model'}**: {counts} <span style='color:#888'>· {ss.source}</span>",
         unsafe_allow_html=True,
     )
     graph_breaks(trace)
