@@ -59,3 +59,36 @@ def test_the_legends_name_the_marks_without_the_step_viewers_prefix():
         f"best partial match: mul_add from {add}",
         f"matching stopped here: {bias}",
     ]
+
+
+@pytest.mark.browser
+def test_in_chromium_the_fitted_view_opens_with_every_marked_node_legible_in_the_labs_pane(towers, tmp_path):
+    """Read from the page's geometry (tests/fitcheck.py), the viewer at the Lab's viewer size:
+    the fitted drawing shows both far-apart matches with labels >= 9 px; the drawing as asked
+    does not."""
+    from fitcheck import FIT_JS, MIN_PX, failures
+    from test_browser import CHROMIUM
+
+    from optimus_lens.viz.render import render_view
+    from optimus_lens.viz.viewer import panes_html
+
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    calls = [n for n, r in towers.nodes.items() if r.op == "call_function"]
+    marked = [calls[1], calls[-2]]
+    found = [("first", [marked[0]]), ("last", [marked[1]])]
+    out = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 484, "height": 520})  # MODEL_PANE's viewer, app/lab_results.py
+        for name, pane in (("asked", None), ("fitted", PANE)):
+            view = matchview.model_view(towers, matches=found, pane=pane)
+            path = tmp_path / f"{name}.html"
+            path.write_text(panes_html([("", render_view(view).svg)], view.focus, view.legend, view.notes))
+            page.goto(path.as_uri())
+            page.wait_for_selector(".lens .pane svg", timeout=20_000)
+            out[name] = failures(page.locator(".lens").evaluate(FIT_JS, [marked, MIN_PX]))
+        browser.close()
+    assert out["fitted"] == [] and out["asked"] != [], out
