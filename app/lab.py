@@ -37,6 +37,13 @@ STARTERS = {
     "BatchPattern class": "batch.py",
     "Inductor's pattern language (register_replacement)": "inductor.py",
 }
+#: the pattern's name when a starter is loaded (its file and pass are named after it)
+STARTER_NAMES = {
+    S.LAB_STARTER: S.LAB_NAME,
+    "rule.py": "swish_rule",
+    "batch.py": "batch_sigmoid",
+    "inductor.py": "addcmul",
+}
 #: the Stage box: "auto" follows where the file's passes would run (lab_runner.default_stage)
 STAGE_CHOICES = ("auto", *lab_runner.STAGES)
 SPEC_HELP = (
@@ -97,7 +104,7 @@ def _on_upload() -> None:
 def _on_starter() -> None:
     state = st.session_state
     kind = state["lab_starter_kind"]
-    replace_code(state, starter(kind), None, f"starter: {kind}")
+    replace_code(state, starter(kind), STARTER_NAMES[STARTERS[kind]], f"starter: {kind}")
 
 
 def _on_sample() -> None:
@@ -120,7 +127,7 @@ def _editor(state: MutableMapping, annotations: list[dict]) -> str:
         value=source,
         language="python",
         theme="chrome",
-        font_size=14,
+        font_size=15,  # at 14 px Ace's 16 px lines hide '_' in DejaVu Sans Mono (Linux's monospace)
         min_lines=18,
         max_lines=40,
         annotations=annotations or None,
@@ -151,7 +158,11 @@ def controls(state) -> None:
     )
     c3.selectbox("Start from", list(STARTERS), key="lab_starter_kind", persist_state=S.KEEP)
     c4.button(
-        "Load", key="lab_load_starter", on_click=_on_starter, width="stretch", help="put the starter in the editor"
+        "Load",
+        key="lab_load_starter",
+        on_click=_on_starter,
+        width="stretch",
+        help="put the starter in the editor and name the pattern after it",
     )
     d1, d2, _ = st.columns([2, 1.6, 4.4], vertical_alignment="bottom")
     auto = lab_runner.default_stage(state["lab_source"])
@@ -201,7 +212,7 @@ def page() -> None:
         made_from = ran_with(state)
         spec, name, source, stage, mode = made_from
         blocked = bool(errs) or not spec or not name
-        b1, b2, b3 = st.columns(3)
+        b1, b2, b3, b4 = st.columns([1, 1.6, 1.1, 1.2], gap="small")
         limit = state["lab_time_limit"]
         if b1.button("Preview", type="primary", disabled=blocked, key="lab_preview"):
             with st.spinner("Matching in a separate process…"):
@@ -218,9 +229,10 @@ def page() -> None:
             mime="text/x-python",
             key="lab_save",
         )
+        with b4.popover("Load .py", help="load a pattern file into the editor"):  # keeps the graphs near the top
+            st.file_uploader("Load a pattern file (.py)", type=["py"], key="lab_upload", on_change=_on_upload)
         if not spec or not name:
             st.caption("Name the model and the pattern to preview or apply it.")
-        st.file_uploader("Load a pattern file (.py)", type=["py"], key="lab_upload", on_change=_on_upload)
         if state.get("lab_upload_error"):
             st.error(state.pop("lab_upload_error"))
     with right:
@@ -283,8 +295,9 @@ def apply_panel(state, r, stale: bool = False) -> None:
     )
     if c2.button("Time it", key="lab_time", disabled=stale, help=why_off):
         with st.spinner("Timing in a separate process (one thread, interleaved rounds)…"):
-            spec, name, source = state["lab_ran"][:3]
-            state["lab_bench"] = (state["lab_ran"], lab_runner.bench(spec, source, name))
+            spec, name, source, stage, mode = state["lab_ran"]
+            r = lab_runner.bench(spec, source, name, stage=stage, mode=mode)
+            state["lab_bench"] = (state["lab_ran"], r)
     kept = state.get("lab_bench")
     if kept is None or kept[0] != state.get("lab_ran"):
         return
@@ -309,24 +322,40 @@ def apply_panel(state, r, stale: bool = False) -> None:
     st.caption(f"{data.get('device', 'cpu')}, {data.get('method', '')}; ratios from one run, stages interleaved")
 
 
+def file_passes(trace) -> list[str]:
+    """The passes of ``trace`` (every graph's) that a pattern file made: those that are not
+    shipped passes of the pre-grad or post-grad pipeline (a file's pass may not take a shipped
+    name, :func:`optimus_lens.frontend.patternfile.pipeline_with`): the file's own pass, or one
+    per ``PatternMatcherPass`` of an Inductor file (``addcmul_fusion``), named apart from the file."""
+    from optimus_lens.passes import default_pipeline
+    from optimus_lens.passes.post_grad import post_grad_pipeline
+
+    shipped = {*default_pipeline().names(), *post_grad_pipeline().names()}
+    return list(dict.fromkeys(p["name"] for t in trace.traces() for p in t.passes if p["name"] not in shipped))
+
+
 def open_in_viewer(state, trace) -> None:
     """Button callback: show ``trace`` in the step viewer page (on the next run,
     :func:`optimus_lens.app.state.go_to`) with its model and the pattern: the sidebar names the
-    model (:func:`optimus_lens.app.state.show_model`) and ticks the trace's passes, the pattern's
-    own toggle among them, and Run, Why not? and the code diff work on it. The pattern's code
-    runs there too only in a child process."""
+    model (:func:`optimus_lens.app.state.show_model`), its Stage and Mode are the result's, and it
+    ticks the passes of every graph of the trace (the post-grad panel's for the ATen graphs),
+    the pattern's own toggle standing for the file's passes (:func:`file_passes`: for an Inductor
+    file its ``PatternMatcherPass`` es, not named after the file); the view opens on the first
+    graph with a step (the forward ATen graph of a post-grad run). Run, Why not? and the code
+    diff work on it. The pattern's code runs there too only in a child process."""
     from optimus_lens.app.toggles import OURS, USE_PATTERN
 
     spec, name, source, stage, mode = state["lab_ran"]
     state["run_stage"], state["run_mode"] = stage, mode  # Run in the viewer runs the same stage again
+    mine = file_passes(trace) or [lab_runner.pass_name(name)]
+    state["view_graph"] = next((t.graph for t in trace.traces() if t.steps), trace.graph)
     S.set_trace(state, trace, spec, f"Pattern Lab: {lab_runner.pass_name(name)}.py on {spec}")
-    state["pattern"] = {"name": name, "source": source}
+    state["pattern"] = {"name": name, "source": source, "passes": mine}
     S.show_model(state, spec)
-    stem = lab_runner.pass_name(name)
-    for p in trace.passes:
-        if p["name"] == stem:
-            state[USE_PATTERN] = bool(p.get("enabled", True))
-        else:
+    ran = [p for t in trace.traces() for p in t.passes]
+    state[USE_PATTERN] = any(p.get("enabled", True) for p in ran if p["name"] in mine)
+    for p in ran:
+        if p["name"] not in mine:
             state[f"pass:{p['name']}"] = bool(p.get("enabled", True))
     state["pass_source"], state["verify"] = OURS, "step"  # the Lab verifies every step
     S.go_to(state, S.VIEWER)

@@ -13,6 +13,11 @@ from optimus_lens.viz import matchview
 
 #: what each graph of a result is, in the header
 KIND = {"pre-grad": "Dynamo graph", "forward": "forward graph (ATen)", "backward": "backward graph (ATen)"}
+#: the viewers' height (CSS px), and the model graph's drawing area in it at 1280x800 (CSS px, below
+#: the legend bar and above the hint; measured in chromium): beside the pattern's graph, or the
+#: page wide; the drawing is chosen so that the marked nodes open legible there (viz.matchview.fit_view)
+HEIGHT = 520
+MODEL_PANE, WIDE_PANE = (470.0, 430.0), (800.0, 430.0)
 
 
 def pick_graph(names: list[str], counts: dict[str, str]) -> str:
@@ -85,23 +90,29 @@ def preview_panel(r, canvas=None) -> None:
     shown = miss.pattern if miss is not None else (pv.matches[0].pattern if pv.matches else None)
     info = next((i for i in r.patterns if i.name == shown and i.graph is not None), None)
     info = info or next((i for i in r.patterns if i.graph is not None), None)
+    if canvas is not None:  # at 1280x800 the graphs start below the fold: say where they are
+        drawn = "its best partial match" if miss is not None else "the matches" if pv.matches else "no mark"
+        beside = ", beside the pattern's own graph" if info is not None else ""
+        st.caption(f"↓ Drawn under the editor: the {KIND.get(g, g)} with {drawn}{beside}.")
     opts = viz.ViewOptions(legend_in_graph=False)
+    pane = WIDE_PANE if info is None else MODEL_PANE
     if miss is not None:
-        model = matchview.model_view(snap, drawn_miss(miss), opts=opts)
+        model = matchview.model_view(snap, drawn_miss(miss), opts=opts, pane=pane)
     else:
-        model = matchview.model_view(snap, matches=[(f"{m.pattern} at {m.anchor}", m.sites) for m in pv.matches])
+        found = [(f"{m.pattern} at {m.anchor}", m.sites) for m in pv.matches]
+        model = matchview.model_view(snap, matches=found, opts=opts, pane=pane)
     with canvas or st.container():
         if info is None:
-            show_view(model, height=520)
+            show_view(model, height=HEIGHT)
             return
         left, right = st.columns([3, 2])
         with left:
             st.markdown(f"**The {KIND.get(g, g)}** of the model")
-            show_view(model, height=520)
+            show_view(model, height=HEIGHT)
         with right:
             own = drawn_miss(miss) if miss is not None and miss.pattern == info.name else None
             st.markdown(f"**The pattern `{info.name}`** ({info.form}): what it matches")
-            show_view(matchview.pattern_view(info.graph, own), height=520)
+            show_view(matchview.pattern_view(info.graph, own), height=HEIGHT)
             with st.expander(f"{info.name} as Inductor prints it ({info.source})"):
                 st.code(info.text, language="python")
 

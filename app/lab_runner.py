@@ -243,15 +243,21 @@ def why(
     capture: str = "dynamo",
     graph_index: int | None = None,
     time_limit_s: float = TIME_LIMIT_S,
+    stage: str = "pre-grad",
+    mode: str = "inference",
 ) -> LabResult:
     """Every pattern's answer for ``node`` of the graph before ``step`` (None: the captured
     graph) in a dry run with the source's patterns as a pass (``optimus why --pattern-file
     ... --json``), in the child process: ``passes`` the enabled passes (None: all, the file's
-    included). The :class:`optimus_lens.debug.why.WhyReport` is in ``extra["why"]``; a node
-    that is not there or a step out of range is an ``error`` with exit status 2."""
+    included; an Inductor file's stem stands for all its passes). ``stage`` post-grad: ``node``
+    of an ATen graph (``GRAPH:NODE``, ``backward:mm_3``; ``step`` counts that graph's steps) in
+    the post-grad pipeline's dry run, ``mode`` training for the backward graph (``optimus why
+    --stage --mode``). The :class:`optimus_lens.debug.why.WhyReport` is in ``extra["why"]``; a
+    node that is not there or a step out of range is an ``error`` with exit status 2."""
     from optimus_lens.debug.why import WhyReport
 
     args = ["why", spec, node, "--pattern-file", "{file}", "--capture", capture, "--json", "{out_why}"]
+    args += ["--stage", stage, "--mode", mode]
     if step is not None:
         args += ["--step", str(step)]
     if passes is not None:
@@ -269,16 +275,28 @@ def why(
 
 
 def bench(
-    spec: str, source: str, name: str = "my_pattern", repeats: int = 30, time_limit_s: float = 3 * TIME_LIMIT_S
+    spec: str,
+    source: str,
+    name: str = "my_pattern",
+    repeats: int = 30,
+    time_limit_s: float = 3 * TIME_LIMIT_S,
+    stage: str = "pre-grad",
+    mode: str = "inference",
 ) -> LabResult:
     """Time the captured graph against the graph after the source's pass (``optimus bench
-    --pattern-file ... --passes NAME``, one thread), in the child process; the stages'
+    --pattern-file ... --passes NAME``, one thread), in the child process; ``stage`` post-grad
+    times the ATen graph before and after the file's passes (stages ``post:baseline``,
+    ``post:PASS``), ``mode`` training forward and backward (``--stage``, ``--mode``). The stages'
     JSON is in ``extra["bench"]`` (see :meth:`optimus_lens.perf.timings.BenchResult.to_json`)."""
     stem = pass_name(name)
     code, log, outs, secs, _ = _run(
         [
             "bench",
             spec,
+            "--stage",
+            stage,
+            "--mode",
+            mode,
             "--pattern-file",
             "{file}",
             "--passes",

@@ -9,8 +9,10 @@ on every run of every page. Two kinds of keys:
 * ``trace`` — the Trace on screen (None before the first run or upload)
 * ``spec`` — the model spec that produced it ("sample:NAME", "pkg.mod:factory", "file.py:factory",
   "model.pt2", "hf:NAME"), or None for an uploaded trace of a model this build cannot rebuild
-* ``pattern`` — the user pattern the step viewer carries, ``{"name", "source"}``, from the Pattern
-  Lab's "Open in the step viewer" (kept until another one replaces it), or None: a pass toggle
+* ``pattern`` — the user pattern the step viewer carries, ``{"name", "source", "passes"}``, from the
+  Pattern Lab's "Open in the step viewer" (kept until another one replaces it; ``passes``: the
+  passes its file made, one per ``PatternMatcherPass`` of an Inductor file, else the file's own
+  pass, :func:`pattern_passes`), or None: a pass toggle
   of its own; Run, why-not and timing include it where the trace on screen does
   (:func:`includes_pattern`); its code only ever runs in a child process
 * ``source`` — one line saying where the trace came from
@@ -261,16 +263,26 @@ def set_trace(state: MutableMapping, trace: Trace, spec: str | None, source: str
     state["error"] = None
 
 
-def includes_pattern(state: MutableMapping, trace: Trace | None = None) -> dict | None:
-    """The carried ``pattern`` when ``trace`` (default: the one on screen) ran its pass, else None."""
+def pattern_passes(pattern: dict) -> list[str]:
+    """The pass names a carried ``pattern`` runs as: its ``passes`` (an Inductor file's
+    ``PatternMatcherPass`` names, ``addcmul_fusion``), else its file's pass, the name made an
+    identifier (:func:`optimus_lens.app.lab_runner.pass_name`)."""
     from optimus_lens.app.lab_runner import pass_name
 
+    return list(pattern.get("passes") or [pass_name(pattern["name"])])
+
+
+def includes_pattern(state: MutableMapping, trace: Trace | None = None) -> dict | None:
+    """The carried ``pattern`` when ``trace`` (default: the one on screen) ran one of its passes
+    (:func:`pattern_passes`) on any of its graphs (the pre-grad graph, the ATen graphs of a
+    post-grad run), else None."""
     trace = trace if trace is not None else state.get("trace")
     pattern = state.get("pattern")
     if trace is None or pattern is None:
         return None
-    name = pass_name(pattern["name"])
-    return pattern if any(p["name"] == name and p.get("enabled", True) for p in trace.passes) else None
+    names = set(pattern_passes(pattern))
+    ran = [p for t in trace.traces() for p in t.passes if p.get("enabled", True)]
+    return pattern if any(p["name"] in names for p in ran) else None
 
 
 def accept_upload(state: MutableMapping, name: str, data: bytes, known_samples: list[str] = ()) -> bool:

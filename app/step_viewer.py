@@ -200,10 +200,10 @@ def run_plan(spec: str) -> str:
     if pattern is not None and source != toggles.INDUCTOR and ss.get(toggles.USE_PATTERN, True):
         mine = f" (the last: your pattern {lab_runner.pass_name(pattern['name'])}, in a separate process)"
     stage, mode = ss.get("run_stage", "pre-grad"), ss.get("run_mode", "inference")
-    if stage != "pre-grad" and (source == toggles.INDUCTOR or mine):
+    if (stage != "pre-grad" and source == toggles.INDUCTOR) or (stage == "all" and mine):
         which += f" (pre-grad only: stage {stage} runs with Optimus Lens passes alone)"
     elif stage == "post-grad":
-        n, which = len(toggles.post_grad_selection(ss, post_pipeline())), "post-grad passes"
+        n, which = len(toggles.post_grad_selection(ss, post_pipeline())) + bool(mine), "post-grad passes"
     elif stage == "all":
         which += f" then {len(toggles.post_grad_selection(ss, post_pipeline()))} post-grad passes"
     graphs = ("forward and backward" if mode == "training" else "forward") + " ATen graphs"
@@ -277,8 +277,13 @@ def run_with_pattern(spec: str, passes: list[str], pattern: dict, graph_index: i
     """Run ``spec`` with ``passes``, the carried Pattern Lab ``pattern`` among them, in a child
     ``optimus run --pattern-file`` process (:func:`optimus_lens.app.lab_runner.apply`: the
     user's code never runs in the app's process); on failure keep the old trace and record the
-    error."""
+    error. With the sidebar's stage post-grad it runs on the ATen graphs (its mode's), ``passes``
+    replaced by the ticked post-grad passes and the pattern's (:func:`toggles.post_grad_run`);
+    stage all runs the pre-grad graph only (the run plan says so)."""
     name = lab_runner.pass_name(pattern["name"])
+    stage, mode = ss.get("run_stage", "pre-grad"), ss.get("run_mode", "inference")
+    if stage == "post-grad":
+        passes = toggles.post_grad_run(ss, post_pipeline())
     with st.status(f"Running {spec} with your pattern {name} in a separate process …", expanded=False) as status:
         r = lab_runner.apply(
             spec,
@@ -290,17 +295,20 @@ def run_with_pattern(spec: str, passes: list[str], pattern: dict, graph_index: i
             grads=ss.grads,
             graph_index=graph_index,
             time_limit_s=ss.get("lab_time_limit", lab_runner.TIME_LIMIT_S),
+            stage="post-grad" if stage == "post-grad" else "pre-grad",
+            mode=mode,
         )
         if r.trace is None:
             ss.error = r.error or ("Run failed", r.log[-2000:])
             status.update(label=f"Failed: {ss.error[0]}", state="error")
             return
-        status.update(label=f"Done: {len(r.trace.steps)} steps in {r.seconds:.1f} s", state="complete")
+        status.update(label=f"Done: {len(r.trace.all_steps())} steps in {r.seconds:.1f} s", state="complete")
+    on = f"{stage}, {mode}, " if stage == "post-grad" else ""
     S.set_trace(
         ss,
         r.trace,
         spec,
-        f"run of {spec} with your pattern {name}.py (verify {ss.verify}, capture {ss.capture_method}, "
+        f"run of {spec} with your pattern {name}.py ({on}verify {ss.verify}, capture {ss.capture_method}, "
         "in a separate process)",
     )
 
@@ -435,10 +443,13 @@ def page() -> None:
             "You can also open a saved trace file."
         )
         return
-    s = viz.trace_summary(trace)
+    counts = "; ".join(  # each graph of a run with ATen graphs (a post-grad run's steps are there)
+        f"{t.graph + ' ' if trace.graphs else ''}{t.nodes_before:,} → {t.nodes_after:,} nodes in "
+        f"{len(t.steps)} step{'' if len(t.steps) == 1 else 's'}"
+        for t in trace.traces()
+    )
     st.markdown(
-        f"**{trace.model or 'model'}**: {s['nodes_before']:,} → {s['nodes_after']:,} nodes in "
-        f"{s['steps']} steps <span style='color:#888'>· {ss.source}</span>",
+        f"**{trace.model or 'model'}**: {counts} <span style='color:#888'>· {ss.source}</span>",
         unsafe_allow_html=True,
     )
     graph_breaks(trace)
@@ -475,7 +486,7 @@ def page() -> None:
         presentation.apply(ss)
         graphs(trace, cur, pass_filter, mode, opts, screen)
         inspector.inspector(ss, trace, cur)  # under the graphs: a click on a node opens it there
-        if trace is root:
+        if trace is root or S.includes_pattern(ss, trace) is not None:  # a carried pattern: its ATen graphs too
             why_panel.why_panel(ss, trace, cur)
         else:
             st.caption(

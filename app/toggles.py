@@ -73,9 +73,9 @@ USE_PATTERN = "use_pattern"  # the carried Pattern Lab pattern's toggle (first v
 
 def selection(state: MutableMapping, pipeline, pattern: dict | None = None) -> tuple[str, list[str]]:
     """(pass source, selected pass names) as the pass panel's widgets left them; with a
-    ``pattern`` carried from the Pattern Lab (``{"name", "source"}``) and its toggle on, its
-    pass (:func:`optimus_lens.app.lab_runner.pass_name`) is the last one selected."""
-    from optimus_lens.app.lab_runner import pass_name
+    ``pattern`` carried from the Pattern Lab (``{"name", "source", "passes"}``) and its toggle on,
+    its passes (:func:`optimus_lens.app.state.pattern_passes`) are the last ones selected."""
+    from optimus_lens.app.state import pattern_passes
     from optimus_lens.inductor.observe import default_options
 
     source = state.get("pass_source", OURS)
@@ -83,7 +83,7 @@ def selection(state: MutableMapping, pipeline, pattern: dict | None = None) -> t
         return source, list(state.get("upstream_passes", default_options()))
     names = [p.name for p in pipeline.passes if state.get(f"pass:{p.name}", True)]
     if pattern is not None and state.get(USE_PATTERN, True):
-        names.append(pass_name(pattern["name"]))
+        names += pattern_passes(pattern)
     return source, names
 
 
@@ -138,7 +138,7 @@ def panel_count(source: str, selected: list[str], pipeline, pattern: dict | None
         return f"{len(selected)} of {len(known_pre_grad_passes())} upstream pre_grad_fusion_options on"
     ours = [p.name for p in pipeline.passes]
     on = sum(1 for n in selected if n in ours)
-    extra = " + your pattern" if len(selected) > on else ""
+    extra = " + your pattern" if len(selected) > on else ""  # its passes: one toggle
     return f"{on} of {len(ours)} Optimus Lens passes on{extra}"
 
 
@@ -158,6 +158,16 @@ def post_grad_selection(state: MutableMapping, pipeline) -> list[str]:
     """The post-grad passes ticked in :func:`post_grad_panel` (``pass:NAME``; first value: on
     unless ``pipeline`` switches the pass off, as ``decompose_mm_pass``)."""
     return [p.name for p in pipeline.passes if state.get(f"pass:{p.name}", p.name not in pipeline.disabled)]
+
+
+def post_grad_run(state: MutableMapping, pipeline) -> list[str]:
+    """The passes Run enables on the ATen graphs: the ticked post-grad passes, then the carried
+    Pattern Lab pattern's (:func:`optimus_lens.app.state.pattern_passes`) while its toggle is on."""
+    from optimus_lens.app.state import pattern_passes
+
+    pattern = state.get("pattern")
+    mine = pattern_passes(pattern) if pattern is not None and state.get(USE_PATTERN, True) else []
+    return post_grad_selection(state, pipeline) + mine
 
 
 def post_grad_panel(pipeline) -> list[str]:
@@ -188,6 +198,6 @@ def stage_stale(state: MutableMapping, post_pipeline) -> str | None:
         return f"the trace on screen is stage {trace.capture['stage']}, mode {trace.capture.get('mode')}"
     if stage != "pre-grad" and trace.graphs:
         ran = set(trace_passes(trace.graphs[0]))
-        if ran and ran != set(post_grad_selection(state, post_pipeline)):
+        if ran and ran != set(post_grad_run(state, post_pipeline)):
             return "the post-grad passes changed"
     return None

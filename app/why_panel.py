@@ -52,7 +52,9 @@ def pattern_answer(state: MutableMapping, trace: Trace, step: int, name: str, pa
     user ``pattern`` carried from the Pattern Lab: the dry run with the trace's own passes, the
     user's among them, in a child ``optimus why`` process
     (:func:`optimus_lens.app.lab_runner.why`: the user's code never runs in the app's process),
-    memoised per trace, step and node. Raises WhyError with the child's message."""
+    memoised per trace, step and node; for an ATen graph's trace (``trace.graph`` forward or
+    backward) ``optimus why GRAPH:NODE --stage post-grad`` with the run's mode, ``step`` counting
+    that graph's steps. Raises WhyError with the child's message."""
     from optimus_lens.app import lab_runner
     from optimus_lens.app.toggles import trace_passes
     from optimus_lens.debug.why import WhyError
@@ -62,12 +64,16 @@ def pattern_answer(state: MutableMapping, trace: Trace, step: int, name: str, pa
     if key not in runs:
         if len(runs) >= KEEP:
             runs.pop(next(iter(runs)))
-        cap = trace.capture or {}
+        root = state.get("trace") if state.get("trace") is not None else trace
+        cap = root.capture or {}
+        aten = trace.graph != "pre-grad"
         r = lab_runner.why(
             state["spec"],
             pattern["source"],
             pattern["name"],
-            name,
+            f"{trace.graph}:{name}" if aten else name,
+            stage="post-grad" if aten else "pre-grad",
+            mode=trace.capture.get("mode") or cap.get("mode", "inference"),
             step=step,
             passes=trace_passes(trace),
             capture=cap.get("method", "dynamo"),

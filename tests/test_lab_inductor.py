@@ -212,3 +212,76 @@ def test_a_graph_pattern_on_the_backward_graph_previews_and_applies_verified(fil
     assert doc["patterns"][0]["form"] == "register_graph_pattern" and doc["patterns"][0]["graph"]
     page = (tmp_path / "m.html").read_text()
     assert "backward graph" in page and page.count("<iframe") >= 2
+
+
+ADD_MUL = """
+
+def add_mul(x, y, z):  # z + x * y traces to add(z, mul(x, y))
+    return z + x * y
+
+
+register_replacement(add_mul, addcmul, [torch.empty(4, 4) for _ in range(3)], fwd_only, addcmul_pass)
+"""
+
+
+def test_why_not_runs_on_the_stage_it_is_given_with_the_files_stem_for_its_passes(files):
+    from optimus_lens.app.lab import STARTERS, starter
+
+    source = starter(next(k for k in STARTERS if "Inductor" in k)) + ADD_MUL
+    spec = f"{files['models']}:gate"
+    r = lab_runner.why(spec, source, "addcmul", "forward:add", passes=["addcmul"], stage="post-grad", time_limit_s=120)
+    assert r.ok, r.error
+    verdicts = {v.pattern: v for v in r.extra["why"].verdicts}
+    assert set(verdicts) == {"mul_add", "add_mul"}  # --passes addcmul: the file's passes alone
+    assert verdicts["add_mul"].applies and verdicts["add_mul"].pass_name == "addcmul_fusion"
+    pre = lab_runner.why(spec, source, "addcmul", "add", passes=["addcmul"], time_limit_s=120)
+    assert pre.ok and not any(v.applies for v in pre.extra["why"].verdicts)  # fwd_only: ATen ops, no match pre-grad
+
+
+def test_a_post_grad_result_opens_in_the_step_viewer_on_its_aten_graph_with_the_files_passes(files):
+    from optimus_lens.app.lab import STARTERS, starter
+    from optimus_lens.app.toggles import USE_PATTERN
+    from optimus_lens.passes.post_grad import post_grad_pipeline
+
+    spec = f"{files['models']}:gate"
+    at = AppTest.from_file("../app/main.py", default_timeout=240).run()
+    at.session_state["page_choice"] = "Pattern Lab"
+    at.run()
+    kind = next(k for k in STARTERS if "Inductor" in k)
+    at.selectbox(key="lab_starter_kind").select(kind).run()
+    at.button(key="lab_load_starter").click().run()
+    assert at.session_state["lab_name"] == "addcmul"  # a starter names the pattern (docs: addcmul.py)
+    source = starter(kind) + ADD_MUL
+    for k, v in {"lab_source": source, "lab_spec": spec, "lab_time_limit": 120.0}.items():
+        at.session_state[k] = v
+    at.run()
+    at.button(key="lab_apply").click().run()
+    assert "**1 step(s)** (forward: 1 step(s), 7 → 6 nodes)" in _texts(at)
+    at.button(key="lab_time").click().run()  # timed on the stage it ran on: the ATen graph
+    assert list(at.dataframe[-1].value["stage"]) == ["post:baseline", "post:addcmul_fusion"]
+    at.button(key="lab_open").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    ss = at.session_state
+    assert ss["page_choice"] == "Step viewer" and ss["spec"] == spec
+    assert (ss["run_stage"], ss["run_mode"]) == ("post-grad", "inference")
+    assert ss["view_graph"] == "forward" and ss["cur_step"] == 1  # opens on the graph with the step
+    assert at.radio(key="view_graph").value == "forward"
+    assert ss["pattern"]["passes"] == ["addcmul_fusion"]  # the file's PatternMatcherPass, not its stem
+    assert at.checkbox(key=USE_PATTERN).value is True and "addcmul" in at.checkbox(key=USE_PATTERN).label
+    assert "pass:addcmul_fusion" not in ss  # no stray toggle named after the pattern's pass
+    post = {f"pass:{n}" for n in post_grad_pipeline().names()}
+    ticks = {c.key: c.value for c in at.checkbox if c.key in post}
+    assert set(ticks) == post and not any(ticks.values())  # the post-grad panel: the run's, none on
+    assert not any("changed" in w.value for w in at.warning), [w.value for w in at.warning]  # nothing stale
+    assert any("add_mul" in m.value and "addcmul_fusion" in m.value for m in at.markdown)  # the step on screen
+    assert any("pre-grad 7 → 7 nodes in 0 steps; forward 7 → 6 nodes in 1 step " in m.value for m in at.markdown)
+    assert any("1 post-grad passes (the last: your pattern addcmul" in c.value for c in at.caption)
+    ss["why_panel"], ss["why_node"] = True, "add"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(s.value.startswith("**add_mul** applies here") for s in at.success), [s.value for s in at.success]
+    next(b for b in at.button if b.label == "Run").click().run()  # Run: the same stage, the pattern included
+    assert not at.exception, [e.value for e in at.exception]
+    t = ss["trace"]
+    assert t.capture["stage"] == "post-grad" and [s.pattern for s in t.all_steps()] == ["add_mul"]
+    assert ss["view_graph"] == "forward" and not any("changed" in w.value for w in at.warning)

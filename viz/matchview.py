@@ -11,7 +11,7 @@ Plain data in (node names, snapshots): the preview itself lives in the frontend,
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from optimus_lens.core.trace import GraphSnapshot
 from optimus_lens.viz.marks import Marks
@@ -65,10 +65,13 @@ def model_view(
     matches: list[tuple[str, list[str]]] = (),  # type: ignore[assignment]
     title: str = "",
     opts: ViewOptions | None = None,
+    pane: tuple[float, float] | None = None,
 ) -> GraphView:
     """The model's graph with ``miss``'s best partial match (its anchor counted as matched;
     names not in ``snap`` are dropped), else with ``matches``; the marked nodes are never cut
-    away by the neighbourhood limit."""
+    away by the neighbourhood limit. With ``pane`` ((width, height) CSS px of the viewer's
+    drawing area) the drawing is chosen so that the marked nodes open legible in it without
+    zooming (:func:`fit_view`, the step viewer's rule, :mod:`optimus_lens.viz.fit`)."""
     opts = opts or ViewOptions(legend_in_graph=False)
     if miss is not None:
         partial = [n for n in dict.fromkeys([miss.anchor, *miss.partial]) if n in snap.nodes]
@@ -77,7 +80,48 @@ def model_view(
     else:
         marks = matches_marks(list(matches))
     opts = ViewOptions(**{**opts.__dict__, "also": frozenset(marks.groups)})
-    return graph_view(snap, marks, title, opts)
+    if pane is not None:
+        return fit_view(snap, marks, pane, title, opts)
+    return _short_legend(graph_view(snap, marks, title, opts))
+
+
+def _short_legend(view: GraphView) -> GraphView:
+    """The view with its legend rows said without "pattern site: " (the page says what the
+    marks are), so two rows hold them in a narrow pane."""
+    view.legend = [replace(e, text=e.text.removeprefix("pattern site: ")) for e in view.legend]
+    return view
+
+
+def fit_view(
+    snap: GraphSnapshot, marks: Marks, pane: tuple[float, float], title: str = "", opts: ViewOptions | None = None
+) -> GraphView:
+    """``snap`` with ``marks`` drawn so that every marked node fits a ``pane`` of (width,
+    height) CSS px at a legible zoom (:data:`optimus_lens.viz.fit.LEGIBLE` px per point, labels
+    at least 9 px), as the step viewer fits a step (:func:`optimus_lens.viz.fit.fit_step`):
+    the drawing as asked, then the marked nodes' 2- then 1-hop neighbourhood on its own layout;
+    the first that fits, else the one at the largest zoom. The viewer then opens on the marked
+    nodes (``GraphView.focus``). A choice other than the drawing asked for adds a note. Raises
+    RenderError when Graphviz is missing or fails."""
+    from optimus_lens.viz.fit import LEGIBLE, fit_scale
+    from optimus_lens.viz.layout import dot_layout
+
+    opts = opts or ViewOptions(legend_in_graph=False)
+    tries = [("as asked", opts)]
+    if not opts.full:
+        tries += [(f"{h}-hop neighbourhood", replace(opts, local=True, hops=h)) for h in (2, 1) if h <= opts.hops]
+    best: tuple[float, str, GraphView] | None = None
+    for how, o in tries:
+        view = graph_view(snap, marks, title, o)
+        scale = fit_scale(dot_layout(view.source, view.shown), view.focus, pane)
+        if best is None or scale > best[0]:
+            best = (scale, how, view)
+        if scale >= LEGIBLE:
+            break
+    assert best is not None
+    _, how, view = best
+    if how != "as asked":
+        view.notes = [*view.notes, f"drawn to fit the marked nodes: {how}"]
+    return _short_legend(view)
 
 
 def pattern_view(snap: GraphSnapshot, miss: Miss | None = None, title: str = "") -> GraphView:
@@ -89,8 +133,10 @@ def pattern_view(snap: GraphSnapshot, miss: Miss | None = None, title: str = "")
         partial = [n for n in dict.fromkeys([*([root] if root else []), *miss.pattern_partial]) if n in snap.nodes]
         stopped = miss.pattern_stopped if miss.pattern_stopped in snap.nodes else ""
         marks = miss_marks(partial, stopped, "in the pattern")
+        marks.group_labels[MATCHED] = "matched"
         marks.group_labels[STOPPED] = f"expected here: {stopped}" if stopped else ""
-    return graph_view(snap, marks, title, ViewOptions(legend_in_graph=False, full=True, fold=False, modules=False))
+    opts = ViewOptions(legend_in_graph=False, full=True, fold=False, modules=False)
+    return _short_legend(graph_view(snap, marks, title, opts))
 
 
 def _root(snap: GraphSnapshot) -> str:

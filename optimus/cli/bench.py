@@ -83,9 +83,14 @@ def cmd_bench(a: argparse.Namespace) -> int:
             print(f"\r{done}/{total} {label[:60]:60s}", end="" if done < total else "\n", file=sys.stderr)
 
     with input_errors():
-        pre = pipeline_with(load_pattern_file(a.pattern_file)) if a.pattern_file else default_pipeline()
-        passes = None if a.pattern_file else names_arg(a.passes)
-        pre, post = stage_pipelines(a.stage, pre, post_grad_pipeline(), passes)
+        pre, post, passes = default_pipeline(), post_grad_pipeline(), names_arg(a.passes)
+        if a.pattern_file:  # the file's passes where optimus run puts them: post-grad on that stage
+            pf = load_pattern_file(a.pattern_file)
+            if a.stage == "post-grad":
+                post, passes = pipeline_with(pf, passes, base=post), None
+            else:
+                pre, passes = pipeline_with(pf, passes, base=pre), None
+        pre, post = stage_pipelines(a.stage, pre, post, passes)
         r = bench_pipeline(
             a.model,
             passes=None,

@@ -41,7 +41,6 @@ def cmd_why(a: argparse.Namespace) -> int:
     ``--json`` also as JSON (:meth:`optimus_lens.debug.why.WhyReport.to_json`)."""
     from optimus_lens.debug.why import DryRun
     from optimus_lens.frontend.capture import capture
-    from optimus_lens.frontend.patternfile import load_pattern_file, pipeline_with
     from optimus_lens.frontend.run import load_model
     from optimus_lens.passes import default_pipeline
 
@@ -50,11 +49,7 @@ def cmd_why(a: argparse.Namespace) -> int:
     with input_errors():  # WhyError: no such node or step
         model, inputs, _ = load_model(a.model)
         gm = capture(model, inputs, method=a.capture, graph_index=a.graph).gm
-        pipe = default_pipeline(search=a.search)
-        if a.pattern_file:
-            pipe = pipeline_with(load_pattern_file(a.pattern_file), base=pipe)
-        if a.passes:
-            pipe = pipe.only(names_arg(a.passes))
+        pipe = _enabled(a, default_pipeline(search=a.search))
         report = DryRun(gm, pipe, a.step).explain(a.node, names_arg(a.pattern))
     with json_output(a, "why") as emit:
         print(report.text())
@@ -66,7 +61,6 @@ def _why_post_grad(a: argparse.Namespace) -> int:
     """``why --stage post-grad|all``: the post-grad pipeline's dry run on one ATen graph."""
     from optimus_lens.debug.why import DryRun
     from optimus_lens.frontend.capture import capture
-    from optimus_lens.frontend.patternfile import load_pattern_file, pipeline_with
     from optimus_lens.frontend.postgrad import aten_graphs_of, graph_for_node
     from optimus_lens.frontend.run import load_model
     from optimus_lens.passes.post_grad import post_grad_pipeline
@@ -78,14 +72,23 @@ def _why_post_grad(a: argparse.Namespace) -> int:
         c = capture(model, inputs, method=a.capture, graph_index=a.graph)
         aten = aten_graphs_of(c.gm, c.example_inputs, a.stage, a.mode)
         graph, node = graph_for_node(aten, a.node)
-        pipe = post_grad_pipeline()
-        if a.pattern_file:
-            pipe = pipeline_with(load_pattern_file(a.pattern_file), base=pipe)
-        if a.passes:
-            pipe = pipe.only(names_arg(a.passes))
+        pipe = _enabled(a, post_grad_pipeline())
         report = DryRun(aten.graph(graph).gm, pipe, a.step).explain(node, names_arg(a.pattern))
     with json_output(a, "why") as emit:
         print(f"{graph} graph (ATen, post-grad passes):")
         print(report.text())
         emit({"model": a.model, "graph": graph, **report.to_json()})
     return EXIT_OK
+
+
+def _enabled(a: argparse.Namespace, pipe):
+    """``pipe`` with ``--pattern-file``'s passes at the end, then only the ``--passes`` named (all
+    without it): the file's stem stands for all the passes of an Inductor-language file, as in
+    ``optimus run`` (:func:`optimus_lens.frontend.patternfile.pipeline_with`). Raises KeyError for
+    an unknown name."""
+    from optimus_lens.frontend.patternfile import load_pattern_file, pipeline_with
+
+    passes = names_arg(a.passes)
+    if a.pattern_file:
+        return pipeline_with(load_pattern_file(a.pattern_file), passes, base=pipe)
+    return pipe.only(passes) if passes is not None else pipe
