@@ -134,8 +134,10 @@ def test_the_lab_walk_with_an_uploaded_file_previews_what_the_editor_shows(app_u
         main.get_by_role("textbox", name="Model", exact=True).fill(spec)
         main.get_by_role("textbox", name="Model", exact=True).press("Enter")
         _settle(page)
+        main.get_by_role("button", name="Load .py", exact=True).click()  # the uploader lives in a popover
         page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(tmp_path / "double_relu.py"))
         page.get_by_text("loaded from double_relu.py", exact=False).first.wait_for(timeout=60_000)
+        page.keyboard.press("Escape")
         _settle(page)
         deadline = time.time() + 30
         while time.time() < deadline and _editor_text(page) != DOUBLE_RELU:
