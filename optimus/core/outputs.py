@@ -50,12 +50,25 @@ def output_overlaps(
     spans_out = [live_span(v, moved or {}, subst or {}) for v in values]
     if any(s is False for s in spans_in + spans_out):
         return None
+    ins_of, outs_of = _by_storage(spans_in), _by_storage(spans_out)  # O(n) for distinct storages
     out = []
     for i, s in enumerate(spans_out):
-        ins = tuple(j for j, t in enumerate(spans_in) if _overlap(s, t))
-        others = tuple(j for j, t in enumerate(spans_out) if j != i and _overlap(s, t))
+        if s is None:
+            out.append(((), ()))
+            continue
+        ins = tuple(j for j, t in ins_of.get(s[0], ()) if _overlap(s, t))
+        others = tuple(j for j, t in outs_of.get(s[0], ()) if j != i and _overlap(s, t))
         out.append((ins, others))
     return out
+
+
+def _by_storage(spans: list[Any]) -> dict[Any, list[tuple[int, Any]]]:
+    """Spans grouped by storage key, each with its index, in index order."""
+    got: dict[Any, list[tuple[int, Any]]] = {}
+    for j, t in enumerate(spans):
+        if t is not None:
+            got.setdefault(t[0], []).append((j, t))
+    return got
 
 
 _SPANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (placeholders, values, spans)
