@@ -72,8 +72,7 @@ def test_in_chromium_the_fitted_view_opens_with_every_marked_node_legible_in_the
     from optimus_lens.viz.render import render_view
     from optimus_lens.viz.viewer import panes_html
 
-    if CHROMIUM is None:
-        pytest.skip("chromium is not installed")
+    assert CHROMIUM, "chromium is not installed: run scripts/setup.sh --browser"
     from playwright.sync_api import sync_playwright
 
     calls = [n for n, r in towers.nodes.items() if r.op == "call_function"]
