@@ -216,6 +216,55 @@ def run_ours(gm: GraphModule, inputs: tuple, record: bool) -> tuple[float, float
     return wall, cpu, len(gm.graph.nodes), trace
 
 
+#: the FX and FakeTensor primitives every rewrite of these steps pays, whatever its analyses
+FLOOR_PARTS = {
+    "create_node": (Graph, "create_node"),
+    "erase_node": (Graph, "erase_node"),
+    "fake_dispatch": (FakeTensorMode, "__torch_dispatch__"),
+    "recompile": (GraphModule, "recompile"),
+}
+
+
+def run_floor(gm: GraphModule, inputs: tuple) -> dict[str, float]:
+    """Wall seconds our default pipeline (recording off) spends inside the primitives of
+    ``FLOOR_PARTS`` (outermost calls only; ``total_s`` is the whole run): FX's
+    ``Graph.create_node`` and ``erase_node`` for the nodes the steps create and erase,
+    the FakeTensor dispatches that compute the created nodes' example values (an
+    ``unbind`` of 128 pieces makes 128 FakeTensors), and the final ``recompile``. Their
+    sum is what the same steps cost with no analysis at all: the floor under the budget
+    for this design (every node a step makes carries an example value)."""
+    spent = dict.fromkeys(FLOOR_PARTS, 0.0)
+    depth = [0]
+    saved = {}
+
+    def wrap(name, fn):
+        def timed(*args, **kwargs):
+            if depth[0]:
+                return fn(*args, **kwargs)
+            depth[0] += 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - t0
+                depth[0] -= 1
+
+        return timed
+
+    for name, (owner, attr) in FLOOR_PARTS.items():
+        saved[name] = owner.__dict__[attr]
+        setattr(owner, attr, wrap(name, saved[name]))
+    try:
+        _, wall, _ = _timed(
+            lambda: Engine(gm, inputs, default_pipeline(), RunOptions(verify="off", record=False)).run()
+        )
+    finally:
+        for name, (owner, attr) in FLOOR_PARTS.items():
+            setattr(owner, attr, saved[name])
+    spent["total_s"] = wall
+    return spent
+
+
 def rebuild_max(trace_json: str) -> float:
     """Worst seconds to rebuild one step's before and after graphs from a trace freshly
     loaded from JSON, steps visited last first (the first visit replays the most)."""
@@ -229,12 +278,14 @@ def rebuild_max(trace_json: str) -> float:
     return worst
 
 
-def measure(nodes: int, repeat: int, upstream_repeat: int | None = None, towers: int = TOWERS) -> dict:
+def measure(
+    nodes: int, repeat: int, upstream_repeat: int | None = None, towers: int = TOWERS, floor: bool = False
+) -> dict:
     """One row of the report: wall and CPU seconds of upstream, ours and ours with
     recording (interleaved, each on a fresh copy of one graph; upstream only in the first
     ``upstream_repeat`` rounds, 0 = never) as best-of-``repeat`` (``ours_s``, ...), median
     (``ours_median_s``, ...) and every sample (``samples``); node counts, JSON sizes and
-    the worst step rebuild."""
+    the worst step rebuild; with ``floor``, one more run of ours for :func:`run_floor`."""
     upstream_repeat = repeat if upstream_repeat is None else upstream_repeat
 
     towers, layers = shape_for(nodes, towers)
@@ -274,6 +325,9 @@ def measure(nodes: int, repeat: int, upstream_repeat: int | None = None, towers:
     row["trace_bytes"] = len(text.encode())
     row["snapshot_bytes"] = len(json.dumps(snapshot_graph(base.graph).to_json(), separators=(",", ":")).encode())
     row["rebuild_max_s"] = rebuild_max(text)
+    if floor:
+        gc.collect()
+        row["floor"] = run_floor(fresh(), inputs)
     return row
 
 
@@ -324,6 +378,14 @@ def report_row(prev: dict | None, r: dict) -> str:
         f"(trace/snapshot {r['trace_bytes'] / r['snapshot_bytes']:.2f}); "
         f"worst step before+after rebuild {r['rebuild_max_s'] * 1e3:.1f} ms"
     )
+    if r.get("floor"):
+        f = r["floor"]
+        prims = sum(v for k, v in f.items() if k != "total_s")
+        vs = f", {prims / up:.3f} of upstream" if up else ""
+        lines.append(
+            f"  floor: FX and FakeTensor primitives {prims:.3f} s of a {f['total_s']:.3f} s run "
+            f"({prims / f['total_s']:.0%}{vs}): " + ", ".join(f"{k} {v:.3f}" for k, v in f.items() if k != "total_s")
+        )
     if prev is not None:
         nodes = r["nodes"] / prev["nodes"]
         lines.append(f"  growth vs previous size (x{nodes:.2f} nodes), raw -> scaled to 4x the nodes:")
@@ -382,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         "(default: --repeat; upstream takes many minutes at 85k nodes), e.g. 3,3,1",
     )
     ap.add_argument("--no-upstream", action="store_true", help="skip upstream (profiling our side only)")
+    ap.add_argument(
+        "--floor", action="store_true", help="also time the FX and FakeTensor primitives inside one run of ours"
+    )
     a = ap.parse_args(argv)
     torch.set_num_threads(1)  # neither side computes on real tensors; keeps CPU time = work
     print(f"torch {torch.__version__}", flush=True)
@@ -392,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--upstream-repeat needs one number or {len(sizes)} (one per size)")
     ups = ups * len(sizes) if len(ups) == 1 else ups
     for size, up in zip(sizes, ups):  # each size is printed and saved as it ends
-        rows.append(measure(size, a.repeat, 0 if a.no_upstream else up, a.towers))
+        rows.append(measure(size, a.repeat, 0 if a.no_upstream else up, a.towers, a.floor))
         print(report_row(rows[-2] if len(rows) > 1 else None, rows[-1]), flush=True)
         if a.json:
             Path(a.json).write_text(json.dumps(rows, indent=1))

@@ -119,6 +119,35 @@ def test_common_targets_are_read_once_per_target():
     assert aliasing.analysis(b.g).quiet is False
 
 
+def test_a_rewired_node_keeps_its_answer_only_for_inputs_laid_out_alike(monkeypatch):
+    from optimus_lens.core import effects
+
+    resolved = []
+    real = effects._resolve
+    monkeypatch.setattr(effects, "_resolve", lambda n: resolved.append(n.name) or real(n))
+    b = G()
+    x, y = b.ph("x", torch.randn(4, 6)), b.ph("y", torch.randn(4, 6))
+    o = b.ph("o", torch.randn(30)[6:].view(4, 6))  # (4, 6) at storage offset 6
+    t, u = b.ph("t", torch.randn(6, 4).t()), b.ph("u", torch.randn(6, 4).t())  # strides (1, 4)
+    r = b.call(F.relu, x)  # a Python function: probed
+    c = b.call("contiguous", t, method=True)  # a copy here, an alias by its schema
+    assert not effect(r).aliases and effect(c).aliases == (t,)
+    r.replace_input_with(x, y)  # laid out alike: the answer carries over
+    c.replace_input_with(t, u)
+    assert not effect(r).aliases and effect(c).aliases == (u,)
+    assert resolved == ["relu", "contiguous"]  # read once each, before the rewiring
+    r.replace_input_with(y, o)  # another storage offset: probed again
+    c.replace_input_with(u, x)  # other strides
+    assert not effect(r).aliases and effect(c).aliases == (x,)
+    assert resolved == ["relu", "contiguous", "relu", "contiguous"]
+    v = b.call("view", x, -1, method=True)  # its example value is in x's storage
+    effect(v)
+    v.replace_input_with(x, y)  # y's is not: read again
+    assert effect(v).aliases == (y,) and resolved[-2:] == ["view", "view"]
+    p = b.call(torch.relu, x)  # a plain target: one answer for every call, none resolved
+    assert effect(p) is effect(b.call(torch.relu, t)) and not effect(p).aliases and "relu" not in resolved[4:]
+
+
 def test_views_of_one_buffer_given_as_inputs_are_one_class():
     b = G()
     p, q = b.ph("p", torch.randn(4, 4)), b.ph("q", torch.randn(4, 4))  # separate fake storages

@@ -33,6 +33,7 @@ the last one seen) rescans the graph.
 from __future__ import annotations
 
 import bisect
+import operator
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -238,7 +239,7 @@ class _Tables:
             self.parent[rb] = ra
 
 
-_ATOMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> (example value, atoms)
+_ATOMS = "_optimus_atoms"  # the node attribute holding (example value, atoms)
 
 
 def _atoms(n: Any) -> set:
@@ -248,12 +249,12 @@ def _atoms(n: Any) -> set:
     if not isinstance(n, Node):
         return set()
     v = meta.value(n)
-    hit = _ATOMS.get(n)
+    hit = n.__dict__.get(_ATOMS)
     if hit is not None and hit[0] is v:
         return hit[1]
     ks = storages(v)
     got = ks if ks else {("node", n)}
-    _ATOMS[n] = (v, got)
+    object.__setattr__(n, _ATOMS, (v, got))  # on the node, as the effect memo: a copied graph starts afresh
     return got
 
 
@@ -263,6 +264,11 @@ def _classify(n: Node) -> tuple[NodeEffect, bool]:
     alias-free (:func:`optimus_lens.core.effects.is_plain`) costs one look-up."""
     if n.op not in ("call_function", "call_method") or is_plain(n):
         return PURE, False
+    if n.target is operator.getitem and n.op == "call_function":  # an alias of what it indexes
+        src = n.args[0] if n.args else None
+        if not isinstance(src, Node):
+            return PURE, False
+        return effect(n), not (_atoms(src) & _atoms(n))
     e = effect(n)
     if not e.aliases:
         return e, False

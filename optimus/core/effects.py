@@ -115,20 +115,104 @@ def effect(node: Node) -> NodeEffect:
     if value is None:
         value = m.get("val")
     hit = node.__dict__.get(_MEMO)
-    if (
-        hit is not None
-        and hit[0] is node.target
-        and hit[1] is node._args
-        and hit[2] is node._kwargs
-        and hit[3] is value
-    ):
-        return hit[4]
-    try:
-        got = _resolve(node)
-    except Exception as e:  # noqa: BLE001 - an op we cannot read is unknown, not an error
-        got = _unknown(node, f"cannot read its effects ({type(e).__name__})")
+    if hit is not None and hit[0] is node.target and hit[3] is value:
+        if hit[1] is node._args and hit[2] is node._kwargs:
+            return hit[4]
+        got = None if node.target is operator.getitem else _carried(hit, node, value)  # a getitem reads at once
+    else:
+        got = None
+    if got is None:
+        try:
+            got = _PLAIN_EFFECT if node.op == "call_function" and is_plain(node) else _resolve(node)
+        except Exception as e:  # noqa: BLE001 - an op we cannot read is unknown, not an error
+            got = _unknown(node, f"cannot read its effects ({type(e).__name__})")
     object.__setattr__(node, _MEMO, (node.target, node._args, node._kwargs, value, got))  # not Node.__setattr__
     return got
+
+
+#: the effect of a call of a plain target (:func:`is_plain`): every overload's schema has no
+#: write, no aliased return and no random tag, so neither its arguments nor its example
+#: values can change the answer
+_PLAIN_EFFECT = NodeEffect(source="schema: every overload of the target is pure and returns no alias")
+
+
+def _carried(hit: tuple, node: Node, value: Any) -> NodeEffect | None:
+    """The memoised answer ``hit`` carried over to ``node``'s new arguments, or None to
+    resolve afresh. A rewrite that rewires a node (``replace_all_uses``) gives it new
+    argument objects that differ only in which nodes they name. The answer is a function
+    of the target, the arguments' structure and constants, the layout of each input's
+    example value (sizes, strides, storage offset, dtype, device: what the schema binding
+    and the probe read, :func:`optimus_lens.core.opschema.probe`'s signature) and which
+    inputs share the node's own storage. So when every swapped input is laid out as the
+    one it replaces, one node for one node, and shares the node's storage exactly when
+    that one did, the old answer holds with the new inputs in place of the old."""
+    swap: dict[Node, Node] = {}
+    if not _same_but_inputs(hit[1], node._args, swap) or not _same_but_inputs(hit[2], node._kwargs, swap):
+        return None
+    if len(set(swap.values())) != len(swap) or any(n in swap for n in swap.values()):
+        return None  # two inputs became one, or an input moved to another's place
+    if swap:
+        mine = storages(value)
+        for a, b in swap.items():
+            if bool(storages(meta.value(a)) & mine) != bool(storages(meta.value(b)) & mine):
+                return None
+    e = hit[4]
+    if not (e.writes or e.aliases or e.identity is not None):
+        return e
+    sw = swap.get
+    return NodeEffect(
+        tuple(sw(n, n) for n in e.writes),
+        tuple(sw(n, n) for n in e.aliases),
+        sw(e.identity, e.identity) if e.identity is not None else None,
+        e.state,
+        e.rng,
+        e.source,
+    )
+
+
+def _same_but_inputs(a: Any, b: Any, swap: dict) -> bool:
+    """Whether ``b`` is ``a`` with some input nodes replaced by nodes of the same layout
+    (recorded in ``swap``, old -> new), constants equal and of the same type."""
+    if a is b:
+        return True
+    ta = type(a)
+    if ta is not type(b):
+        return False
+    if ta is Node:
+        if swap.setdefault(a, b) is not b:
+            return False
+        return _same_layout(meta.value(a), meta.value(b))
+    if ta is tuple or ta is list or isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same_but_inputs(x, y, swap) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_but_inputs(a[k], b[k], swap) for k in a)
+    if isinstance(a, torch.Tensor) or ta is slice:
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an incomparable constant: resolve afresh
+        return False
+
+
+def _same_layout(x: Any, y: Any) -> bool:
+    """Whether two example values have the same sizes, strides, storage offset, dtype and
+    device (statically: a symbolic size compares False), or are equal numbers/None."""
+    if isinstance(x, torch.Tensor):
+        if not isinstance(y, torch.Tensor) or x.dtype is not y.dtype or x.device != y.device:
+            return False
+        try:
+            sx, sy, tx, ty = tuple(x.shape), tuple(y.shape), x.stride(), y.stride()
+            ox, oy = x.storage_offset(), y.storage_offset()
+        except Exception:  # noqa: BLE001 - a tensor without strides
+            return False
+        if not all(type(v) is int for v in (*sx, *sy, *tx, *ty, ox, oy)):
+            return False
+        return sx == sy and tx == ty and ox == oy
+    if isinstance(x, (list, tuple)):
+        return type(x) is type(y) and len(x) == len(y) and all(_same_layout(p, q) for p, q in zip(x, y))
+    if x is None or type(x) in (int, float, bool):
+        return type(x) is type(y) and x == y
+    return False
 
 
 def writes_inputs(node: Node) -> bool:
@@ -167,7 +251,11 @@ def returns_input(node: Node) -> Node | None:
     """The input node that ``node`` returns itself in eager mode (eval-mode ``F.dropout``,
     ``contiguous`` of a contiguous tensor, ``to`` its own dtype), else None; its example
     value may be a fresh FakeTensor all the same (Dynamo's is, for dropout)."""
-    return effect(node).identity if isinstance(node, Node) else None
+    if not isinstance(node, Node):
+        return None
+    if node.op == "call_function" and (node.target is operator.getitem or is_plain(node)):
+        return None  # a getitem is a view, never its input; a plain target returns no alias
+    return effect(node).identity
 
 
 def alias_root(node: Node) -> Node:

@@ -204,6 +204,9 @@ def _signature(v: Any, slots: dict) -> Any:
 
 def _value_sig(ev: Any) -> Any:
     if isinstance(ev, torch.Tensor):
+        size, stride, off = tuple(ev.shape), ev.stride(), ev.storage_offset()
+        if all(type(x) is int for x in (*size, *stride, off)):  # the common, static case
+            return ("t", size, stride, off, ev.dtype, str(ev.device))
         return (
             "t",
             tuple(_hint(s) for s in ev.shape),

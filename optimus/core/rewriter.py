@@ -22,6 +22,7 @@ say), so it is rolled back instead of half-recorded.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -301,11 +302,12 @@ class Rewriter:
         not of the value it viewed before (which outputs overlap is read from those
         storages). Journaled; a value that cannot be recomputed is kept. Returns the nodes
         refreshed."""
-        todo = [n for n in self.changed if not n._erased and n not in self.created]
+        created = set(self.created)
+        todo = deque(n for n in self.changed if not n._erased and n not in created)
         seen: set[Node] = set()
         done: list[Node] = []
         while todo:
-            n = todo.pop(0)
+            n = todo.popleft()
             if n in seen or n.op not in ("call_function", "call_method"):
                 continue
             seen.add(n)
