@@ -32,6 +32,18 @@ parameters' gradients) equal eager's (``torch.testing.assert_close``, max |diff|
 
 (500 gives the one-layer model, 1,028 pre-grad nodes; a first call takes minutes per way
 on a 2-core machine, training about 3x inference.)
+
+Per call, the ways above are timed one process after another, so a change in the
+machine's load between two children moves one way's median and not the other's: on a
+shared 2-core VM the same way's median varied 3.9 to 6.9 ms between children run minutes
+apart, more than any difference between the ways. ``--side-by-side`` times per call the
+way a comparison needs: one child (caches off, one thread) compiles every way given, each
+on its own model instance with its own copy of ``forward``'s code object (so one way's
+Dynamo cache entry never sits in front of another's), checks each against eager, then
+runs ``--calls`` rounds, one call of each way per round, the first way rotating; it
+reports each way's median and p25..p75 and the ratio of medians to the first way::
+
+    .venv/bin/python benchmarks/compile_e2e.py --side-by-side --sizes 2000 --modes inference --ways ours,upstream --calls 400
 """
 
 from __future__ import annotations
@@ -164,6 +176,129 @@ def child(way: str, nodes: int, mode: str, calls: int, towers: int) -> dict:
     return seen
 
 
+def _own_forward(model, tag: str) -> None:
+    """Give ``model`` a class whose ``forward`` has a code object of its own: Dynamo keeps
+    its cache entries on the code object, and compiles of one code are tried in turn."""
+    import types
+
+    cls = type(model)
+    code = cls.forward.__code__.replace(co_name=f"forward_{tag}")
+    fn = types.FunctionType(code, cls.forward.__globals__, f"forward_{tag}", cls.forward.__defaults__)
+    model.__class__ = type(f"{cls.__name__}_{tag}", (cls,), {"forward": fn})
+
+
+def side_by_side_child(ways: list[str], nodes: int, mode: str, calls: int, towers: int) -> dict:
+    """Every way of ``ways`` compiled in this (fresh) process, then timed per call round-robin
+    (see the module doc). Returns ``{"rows": [...], ...}``: per way its per-call median,
+    p25 and p75 (ms), the pre-grad node count after the passes and whether it equals eager."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from towers_model import towers_model
+
+    torch.set_num_threads(1)
+    training = mode == "training"
+    gen = torch.Generator().manual_seed(1)
+    seen: dict = {}
+    _watch_pre_grad(seen)
+    entries = []
+    for i, way in enumerate(ways):
+        model, x = towers_model(nodes, towers)
+        model.train(training)
+        _own_forward(model, f"{way}_{i}")
+        tangent = torch.randn(x.shape, generator=gen)
+
+        def step(fn, model=model, x=x, tangent=tangent):
+            if not training:
+                with torch.no_grad():
+                    return fn(x), []
+            for p in model.parameters():
+                p.grad = None
+            out = fn(x)
+            out.backward(tangent)
+            return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+        ref_out, ref_grads = step(model)
+        if way == "ours":
+            import optimus_lens
+
+            compiled = optimus_lens.compile(model, check="off")
+        else:
+            options: dict = {}
+            if way in ("upstream", "upstream_all"):
+                from search_scale import UPSTREAM_OPTIONS
+
+                options["pre_grad_fusion_options"] = dict(UPSTREAM_OPTIONS)
+            if way == "upstream_all":
+                from optimus_lens.inductor.observe_post import default_post_grad_options
+
+                options["post_grad_fusion_options"] = default_post_grad_options()
+            compiled = torch.compile(model, backend="inductor", options=options)
+        seen.clear()
+        t0 = time.perf_counter()
+        out, grads = step(compiled)
+        row = {"way": way, "first_call_s": time.perf_counter() - t0}
+        row["pre_grad_nodes_after"] = seen.get("pre_grad_nodes_after")
+        try:
+            torch.testing.assert_close(out, ref_out)
+            for g, r in zip(grads, ref_grads):
+                torch.testing.assert_close(g, r)
+            row["equal_eager"] = True
+        except AssertionError as e:
+            row["equal_eager"] = False
+            row["difference"] = str(e).splitlines()[0]
+        entries.append((row, step, compiled))
+    for _, step, compiled in entries:
+        for _ in range(2):
+            step(compiled)
+    times: list[list[float]] = [[] for _ in entries]
+    for r in range(calls):
+        for k in range(len(entries)):
+            j = (r + k) % len(entries)
+            _, step, compiled = entries[j]
+            t0 = time.perf_counter()
+            step(compiled)
+            times[j].append(time.perf_counter() - t0)
+    rows = []
+    for (row, _, _), ts in zip(entries, times):
+        q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [ts[0]] * 3
+        rows.append({**row, "per_call_ms": statistics.median(ts) * 1e3, "p25_ms": q[0] * 1e3, "p75_ms": q[2] * 1e3})
+    return {"nodes": nodes, "mode": mode, "calls": calls, "torch": torch.__version__, "rows": rows}
+
+
+def run_side_by_side(ways: list[str], nodes: int, mode: str, calls: int, towers: int, timeout: float) -> dict:
+    """:func:`side_by_side_child` in a fresh interpreter with Inductor's caches off."""
+    env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child-side-by-side", ",".join(ways)]
+    cmd += ["--sizes", str(nodes), "--modes", mode, "--calls", str(calls), "--towers", str(towers)]
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout * len(ways))
+    except subprocess.TimeoutExpired:
+        return {"nodes": nodes, "mode": mode, "error": f"timed out after {timeout * len(ways):.0f} s"}
+    for line in p.stdout.splitlines():
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK) :])
+    tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"nodes": nodes, "mode": mode, "error": f"exit {p.returncode}: {tail}"}
+
+
+def report_side_by_side(res: dict) -> str:
+    """One side-by-side run as text: per-call medians (p25..p75) and each way's ratio of
+    medians to the first way's."""
+    if "error" in res:
+        return f"== {res['nodes']} nodes target, {res['mode']}, side by side: error: {res['error']}"
+    rows = res["rows"]
+    lines = [f"== {res['nodes']} nodes target, {res['mode']}, side by side ({res['calls']} rounds, round-robin)"]
+    lines.append("  way           per call ms, median (p25..p75)   vs first  nodes after pre-grad  equal eager")
+    base = rows[0]["per_call_ms"]
+    for r in rows:
+        lines.append(
+            f"  {r['way']:13s} {r['per_call_ms']:8.3f} ({r['p25_ms']:.3f}..{r['p75_ms']:.3f})"
+            f"      x{r['per_call_ms'] / base:.3f}  {str(r.get('pre_grad_nodes_after', '-')):>20}  {r['equal_eager']}"
+        )
+    return "\n".join(lines)
+
+
 def run_child(way: str, nodes: int, mode: str, calls: int, towers: int, timeout: float) -> dict:
     """:func:`child` in a fresh interpreter with Inductor's caches off; its dict, plus the
     child's total wall seconds (``process_s``), or ``{"error": ...}``."""
@@ -238,16 +373,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--towers", type=int, default=128, help="towers T (the model grows in layers)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per child process")
     ap.add_argument("--json", help="write every run as JSON to this path")
+    ap.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="per call only: compile every way in one process and time them round-robin",
+    )
     ap.add_argument("--child", choices=WAYS, help=argparse.SUPPRESS)
+    ap.add_argument("--child-side-by-side", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         print(MARK + json.dumps(child(a.child, int(a.sizes), a.modes, a.calls, a.towers)), flush=True)
+        return 0
+    if a.child_side_by_side:
+        res = side_by_side_child(a.child_side_by_side.split(","), int(a.sizes), a.modes, a.calls, a.towers)
+        print(MARK + json.dumps(res), flush=True)
         return 0
     ways = [w for w in a.ways.split(",") if w]
     bad = [w for w in ways if w not in WAYS]
     if bad:
         ap.error(f"unknown way(s) {', '.join(bad)}; known: {', '.join(WAYS)}")
     print(f"load average at start {_load()}", flush=True)
+    if a.side_by_side:
+        results = []
+        for n in (int(s) for s in a.sizes.split(",") if s):
+            for mode in (m for m in a.modes.split(",") if m):
+                res = run_side_by_side(ways, n, mode, a.calls, a.towers, a.timeout)
+                res["load_after"] = _load()
+                results.append(res)
+                if a.json:
+                    Path(a.json).write_text(json.dumps(results, indent=1))
+                print(report_side_by_side(res), flush=True)
+        print(f"load average at end {_load()}", flush=True)
+        bad_runs = [r for r in results if "error" in r or not all(x["equal_eager"] for x in r["rows"])]
+        return 1 if bad_runs else 0
     runs: list[dict] = []
     for n in (int(s) for s in a.sizes.split(",") if s):
         for mode in (m for m in a.modes.split(",") if m):

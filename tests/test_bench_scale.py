@@ -66,6 +66,16 @@ def test_compile_e2e_reports_ratios_to_plain_inductor():
     assert "upstream_all  error: timed out" in text
 
 
+def test_compile_e2e_side_by_side_reports_medians_against_the_first_way():
+    e2e = _load("compile_e2e")
+    row = {"per_call_ms": 2.0, "p25_ms": 1.5, "p75_ms": 2.5, "pre_grad_nodes_after": 50, "equal_eager": True}
+    res = {"nodes": 40, "mode": "inference", "calls": 10}
+    res["rows"] = [{**row, "way": "ours"}, {**row, "way": "upstream", "per_call_ms": 3.0}]
+    text = e2e.report_side_by_side(res)
+    assert "side by side (10 rounds" in text and "2.000 (1.500..2.500)" in text and "x1.500" in text
+    assert "error: boom" in e2e.report_side_by_side({"nodes": 40, "mode": "inference", "error": "boom"})
+
+
 @pytest.mark.timeout(300)
 def test_compile_e2e_compiles_in_a_fresh_process_and_matches_eager():
     out = subprocess.run(

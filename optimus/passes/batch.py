@@ -296,11 +296,11 @@ LAYER_NORM_ARGS = (
 @register
 class BatchLayerNorm(BatchPattern):
     """``y_i = layer_norm(x_i, ns, w_i, b_i, eps)`` ->
-    ``Z = layer_norm(stack(x_i), ns, eps=eps) * W + B``, ``y_i = unbind(Z)[i]``, with
-    ``W = stack(w_i).reshape(n, 1, .., 1, *ns)`` (and B alike) so the affine parameters
-    broadcast over the dims that are not normalised. Works for a normalized_shape of any
-    rank, and for weight and bias each present or absent (the multiply / add is left out
-    when absent).
+    ``Z = addcmul(B, layer_norm(stack(x_i), ns, eps=eps), W)`` (``B + LN * W`` in one
+    node), ``y_i = unbind(Z)[i]``, with ``W = stack(w_i).reshape(n, 1, .., 1, *ns)`` (and
+    B alike) so the affine parameters broadcast over the dims that are not normalised.
+    Works for a normalized_shape of any rank, and for weight and bias each present or
+    absent (``LN * W`` or ``LN + B`` when one is absent, ``LN`` when both are).
 
     Shapes: x_i (*lead, *ns) -> stack (n, *lead, *ns); w_i, b_i (*ns) -> (n, 1.., *ns).
 
@@ -356,9 +356,11 @@ class BatchLayerNorm(BatchPattern):
 
         with rw.inserting_before(nodes[0]):
             z = rw.call(F.layer_norm, rw.call(torch.stack, [a["input"] for a in args]), ns, eps=a0["eps"])
-            if a0["weight"] is not None:
+            if a0["weight"] is not None and a0["bias"] is not None:
+                z = rw.call(torch.addcmul, affine("bias"), z, affine("weight"))
+            elif a0["weight"] is not None:
                 z = rw.call(torch.mul, z, affine("weight"))
-            if a0["bias"] is not None:
+            elif a0["bias"] is not None:
                 z = rw.call(torch.add, z, affine("bias"))
             replace_with_getitems(rw, nodes, rw.call(torch.unbind, z))
 
