@@ -293,3 +293,16 @@ def test_the_simulated_repair_puts_every_node_where_the_engines_repair_does(seed
             continue
         for f in fixed:
             assert (pos[f] < p) == (order[f] < order[v]), (v.name, f.name)
+
+
+def test_a_deep_copied_example_value_has_its_own_storage_key():
+    import copy
+
+    from optimus_lens.core.meta import storage_key
+
+    with MODE:
+        x = torch.empty(4, 8)
+        v = x.view(-1)
+    assert storage_key(x) == storage_key(v)  # read, and kept on the FakeTensor
+    y = copy.deepcopy(x)  # copies the tensor's __dict__, the kept key with it
+    assert storage_key(y) != storage_key(x) and storage_key(y) == y.untyped_storage()._cdata

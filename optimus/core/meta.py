@@ -21,11 +21,9 @@ def value(node: Any) -> Any:
     """The node's example value (FakeTensor / tuple of them), or None if it has none."""
     if not isinstance(node, Node):
         return None
-    for k in META_KEYS:
-        v = node.meta.get(k)
-        if v is not None:
-            return v
-    return None
+    m = node.meta
+    v = m.get("example_value")  # META_KEYS, in order
+    return v if v is not None else m.get("val")
 
 
 def tensor(node: Any) -> torch.Tensor | None:
@@ -200,8 +198,24 @@ def _stacked(args: tuple, kwargs: dict) -> Any:
         return src.unsqueeze(dim).expand(shape).clone(memory_format=torch.contiguous_format)
 
 
+_SKEY = "_optimus_storage_key"  # (id, storage key) of a FakeTensor, kept on it: its storage never changes
+
+
 def storage_key(t: Any) -> Any:
-    """A hashable identity of a tensor's storage (FakeTensors too), or None."""
+    """A hashable identity of a tensor's storage (FakeTensors too), or None. Kept on a
+    FakeTensor once read: the example values of a graph are never ``set_`` to another
+    storage, and reading it costs a storage object each time."""
+    if type(t) is FakeTensor:
+        hit = t.__dict__.get(_SKEY)
+        if hit is not None and hit[0] == id(t):  # not a deep copy's (``__dict__`` is copied with it)
+            return hit[1]
+        k = _read_storage_key(t)
+        t.__dict__[_SKEY] = (id(t), k)
+        return k
+    return _read_storage_key(t)
+
+
+def _read_storage_key(t: Any) -> Any:
     if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
         return None
     try:
