@@ -136,6 +136,8 @@ def app_fits(page, trace, steps=None, at: int = 1, picture: str = "Side by side"
         while at != i:
             button = ".st-key-next button" if i > at else ".st-key-prev button"
             at += 1 if i > at else -1
+            # a rerun can leave the old button on screen beside the new one for a moment
+            page.wait_for_function(f"document.querySelectorAll({button!r}).length === 1", timeout=60_000)
             page.locator(button).click()
             page.get_by_text(f"{at}: {trace.step(at).pattern}", exact=False).first.wait_for(timeout=60_000)
         lens = app_viewer(page, f"{trace.model}|{i}|{picture}")

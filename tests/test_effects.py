@@ -148,6 +148,18 @@ def test_a_rewired_node_keeps_its_answer_only_for_inputs_laid_out_alike(monkeypa
     assert effect(p) is effect(b.call(torch.relu, t)) and not effect(p).aliases and "relu" not in resolved[4:]
 
 
+def test_a_pure_aten_overload_is_plain_unless_its_value_shares_an_inputs_storage():
+    b = G()
+    x = b.ph("x", torch.randn(4, 6))
+    mm = b.call(torch.ops.aten.mm.default, x, b.call(torch.ops.aten.t.default, x))
+    uv = b.call(torch.ops.aten._unsafe_view.default, x, [24])  # no alias in its schema, a view all the same
+    assert is_plain(mm) and not effect(mm).aliases
+    assert is_plain(uv) and effect(uv).aliases == (x,)
+    assert not is_plain(b.call(torch.ops.aten.view.default, x, [24]))  # Tensor(a) -> Tensor(a)
+    assert not is_plain(b.call(torch.ops.aten.native_dropout.default, x, 0.5, True))  # random
+    assert not is_plain(b.call(torch.ops.aten.add_.Tensor, x, x))  # writes
+
+
 def test_views_of_one_buffer_given_as_inputs_are_one_class():
     b = G()
     p, q = b.ph("p", torch.randn(4, 4)), b.ph("q", torch.randn(4, 4))  # separate fake storages
@@ -295,14 +307,12 @@ def test_the_simulated_repair_puts_every_node_where_the_engines_repair_does(seed
             assert (pos[f] < p) == (order[f] < order[v]), (v.name, f.name)
 
 
-def test_a_deep_copied_example_value_has_its_own_storage_key():
-    import copy
-
-    from optimus_lens.core.meta import storage_key
+def test_a_tensor_given_a_copy_of_another_ones_dict_reads_its_own_storage_key():
+    from optimus_lens.core.meta import _SKEY, storage_key
 
     with MODE:
-        x = torch.empty(4, 8)
+        x, y = torch.empty(4, 8), torch.empty(4, 8)
         v = x.view(-1)
     assert storage_key(x) == storage_key(v)  # read, and kept on the FakeTensor
-    y = copy.deepcopy(x)  # copies the tensor's __dict__, the kept key with it
+    y.__dict__[_SKEY] = x.__dict__[_SKEY]  # what a deep copy does: Tensor.__deepcopy__ copies __dict__
     assert storage_key(y) != storage_key(x) and storage_key(y) == y.untyped_storage()._cdata

@@ -8,6 +8,8 @@ from __future__ import annotations
 import oracle
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from optimus_lens import RunOptions, run_pipeline
 from optimus_lens.frontend.capture import capture
@@ -91,3 +93,26 @@ def test_a_view_whose_input_a_step_replaced_gets_a_value_in_the_new_storage():
     assert piece.target is not torch.mul and piece.target.__name__ == "getitem"
     got, src = view.meta["example_value"], piece.meta["example_value"]
     assert got.untyped_storage()._cdata == src.untyped_storage()._cdata
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.none(),
+            st.tuples(st.sampled_from("ab"), st.integers(0, 20), st.sampled_from([0, 1, 2, 5, 30])).map(
+                lambda t: (t[0], t[1], t[1] + t[2]) if t[2] else (t[0], 0, 0)  # storage_span's empty span
+            ),
+        ),
+        max_size=14,
+    )
+)
+def test_the_overlap_sweep_finds_what_comparing_every_pair_finds(spans):
+    from optimus_lens.core.outputs import _by_storage, _overlap, _overlapping
+
+    found: dict = {}
+    for group in _by_storage(spans).values():
+        _overlapping(group, found)
+    for i, s in enumerate(spans):
+        want = tuple(j for j, t in enumerate(spans) if s is not None and j != i and _overlap(s, t))
+        assert tuple(sorted(found.get(i, ()))) == want

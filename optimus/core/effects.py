@@ -123,7 +123,9 @@ def effect(node: Node) -> NodeEffect:
         got = None
     if got is None:
         try:
-            got = _PLAIN_EFFECT if node.op == "call_function" and is_plain(node) else _resolve(node)
+            got = _plain_effect(node, value) if node.op == "call_function" and is_plain(node) else None
+            if got is None:
+                got = _resolve(node)
         except Exception as e:  # noqa: BLE001 - an op we cannot read is unknown, not an error
             got = _unknown(node, f"cannot read its effects ({type(e).__name__})")
     object.__setattr__(node, _MEMO, (node.target, node._args, node._kwargs, value, got))  # not Node.__setattr__
@@ -134,6 +136,16 @@ def effect(node: Node) -> NodeEffect:
 #: write, no aliased return and no random tag, so neither its arguments nor its example
 #: values can change the answer
 _PLAIN_EFFECT = NodeEffect(source="schema: every overload of the target is pure and returns no alias")
+
+
+def _plain_effect(node: Node, value: Any) -> NodeEffect | None:
+    """:data:`_PLAIN_EFFECT` for a call of a plain target, unless its example value shares
+    an input's storage (``aten._unsafe_view``: a view its schema does not declare), which
+    :func:`_resolve` reads from the storages."""
+    mine = storages(value)
+    if mine and any(storages(meta.value(i)) & mine for i in node.all_input_nodes):
+        return None
+    return _PLAIN_EFFECT
 
 
 def _carried(hit: tuple, node: Node, value: Any) -> NodeEffect | None:
@@ -281,9 +293,12 @@ _PLAIN: dict = {}  # (op, target) -> whether every call of it is pure and alias-
 
 def is_plain(node: Node) -> bool:
     """Whether every call of ``node``'s target is pure and returns no alias, whatever its
-    arguments: a C builtin or Tensor method whose ATen overloads of the same name
-    (:func:`optimus_lens.core.opschema.named_overloads`) all have no write, no aliased return and no random tag, so
-    no probe is ever needed (``torch._C._nn.linear``, ``torch.cat``, ``Tensor.sum``).
+    arguments: an ATen overload whose schema has no write, no aliased return and no random
+    tag (``aten.mm.default``, in a post-grad graph), or a C builtin or Tensor method whose
+    ATen overloads of the same name (:func:`optimus_lens.core.opschema.named_overloads`)
+    all have none, so no probe is ever needed (``torch._C._nn.linear``, ``torch.cat``,
+    ``Tensor.sum``). A node whose example value shares an input's storage all the same
+    (``aten._unsafe_view``) is read from its storages (:func:`effect`).
     The ``.out`` overloads (``Tag.out``) are left out: a call with ``out=`` is never plain.
     Memoised per target; the graph-wide analysis reads most nodes this way."""
     if "out" in node.kwargs:  # the ``.out`` overloads write: read this call from its schema
@@ -302,7 +317,11 @@ def _plain(node: Node) -> bool:
     t = node.target
     if node.op not in ("call_function", "call_method") or t is operator.getitem or t is getattr:
         return False
-    if isinstance(t, (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)):
+    if isinstance(t, torch._ops.OpOverload):  # one schema: the call binds to it
+        return not (
+            torch.Tag.nondeterministic_seeded in t.tags or any(p.writes or p.returned for p in params(t._schema))
+        )
+    if isinstance(t, (torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)):
         return False
     if isinstance(t, types.FunctionType) or node.op == "call_function" and _module(t) not in PROBE_MODULES:
         return False

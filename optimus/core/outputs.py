@@ -11,6 +11,7 @@ input a step replaced (their example values still lie in the old input's storage
 
 from __future__ import annotations
 
+import heapq
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -51,15 +52,36 @@ def output_overlaps(
     if any(s is False for s in spans_in + spans_out):
         return None
     ins_of, outs_of = _by_storage(spans_in), _by_storage(spans_out)  # O(n) for distinct storages
+    others_of: dict[int, list[int]] = {}
+    for group in outs_of.values():
+        if len(group) > 1:
+            _overlapping(group, others_of)
     out = []
     for i, s in enumerate(spans_out):
         if s is None:
             out.append(((), ()))
             continue
         ins = tuple(j for j, t in ins_of.get(s[0], ()) if _overlap(s, t))
-        others = tuple(j for j, t in outs_of.get(s[0], ()) if j != i and _overlap(s, t))
-        out.append((ins, others))
+        out.append((ins, tuple(sorted(others_of.get(i, ())))))
     return out
+
+
+def _overlapping(group: list[tuple[int, Any]], into: dict[int, list[int]]) -> None:
+    """Every pair of overlapping spans of one storage (``group``: (index, span)), added to
+    ``into`` both ways: a sweep in order of first byte, O(k log k + pairs), where comparing
+    every pair was quadratic in the outputs that share a storage (the 128 slices of one
+    batched result, in a training forward graph that returns them all)."""
+    live: list[tuple[int, int]] = []  # (one past the last byte, index) of the spans still open
+    for j, t in sorted(group, key=lambda e: e[1][1]):
+        lo, hi = t[1], t[2]
+        if lo >= hi:  # an empty span overlaps nothing
+            continue
+        while live and live[0][0] <= lo:
+            heapq.heappop(live)
+        for _, k in live:  # each open span starts at or before lo and ends after it
+            into.setdefault(j, []).append(k)
+            into.setdefault(k, []).append(j)
+        heapq.heappush(live, (hi, j))
 
 
 def _by_storage(spans: list[Any]) -> dict[Any, list[tuple[int, Any]]]:
@@ -102,6 +124,20 @@ def _span(n: Any, depth: int = 0) -> Any:
     dropout) may carry a fresh example value (Dynamo's and ``meta.infer``'s are): the span
     of it, and of every view taken of it, is moved into the storage of the input it
     returns (``flatten(movedim(dropout(x)))`` overlaps ``x``)."""
+    memo = _SPAN_MEMO[-1] if _SPAN_MEMO else None
+    if memo is not None and isinstance(n, Node):
+        got = memo.get(n, _UNSEEN)
+        if got is _UNSEEN:
+            got = memo[n] = _read_span(n, depth)
+        return got
+    return _read_span(n, depth)
+
+
+_SPAN_MEMO: list[dict] = []  # while one check runs (the graph cannot change): node -> its span
+_UNSEEN = object()
+
+
+def _read_span(n: Any, depth: int) -> Any:
     t = eager_tensor(n) if isinstance(n, Node) else None
     if t is None:
         return None
@@ -207,7 +243,11 @@ def outputs_miss(
     if len(a) != len(b):
         return None
     spans_in = placeholder_spans(graph)  # once for both (a graph at 21k nodes has ~10k placeholders)
-    ob, oa = output_overlaps(b, graph, spans_in), output_overlaps(a, graph, spans_in, moved, subst)
+    _SPAN_MEMO.append({})  # both sides read the same graph: each node's span once
+    try:
+        ob, oa = output_overlaps(b, graph, spans_in), output_overlaps(a, graph, spans_in, moved, subst)
+    finally:
+        _SPAN_MEMO.pop()
     if ob is None or oa is None or ob == oa:
         return None
     i = next(k for k in range(len(oa)) if oa[k] != ob[k])
