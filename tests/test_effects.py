@@ -125,6 +125,7 @@ def test_a_rewired_node_keeps_its_answer_only_for_inputs_laid_out_alike(monkeypa
     resolved = []
     real = effects._resolve
     monkeypatch.setattr(effects, "_resolve", lambda n: resolved.append(n.name) or real(n))
+    monkeypatch.setattr(effects, "_RESOLVED", {})  # answers shared by signature: none yet
     b = G()
     x, y = b.ph("x", torch.randn(4, 6)), b.ph("y", torch.randn(4, 6))
     o = b.ph("o", torch.randn(30)[6:].view(4, 6))  # (4, 6) at storage offset 6
@@ -146,6 +147,24 @@ def test_a_rewired_node_keeps_its_answer_only_for_inputs_laid_out_alike(monkeypa
     assert effect(v).aliases == (y,) and resolved[-2:] == ["view", "view"]
     p = b.call(torch.relu, x)  # a plain target: one answer for every call, none resolved
     assert effect(p) is effect(b.call(torch.relu, t)) and not effect(p).aliases and "relu" not in resolved[4:]
+
+
+def test_nodes_of_one_signature_share_one_answer_with_their_own_inputs(monkeypatch):
+    from optimus_lens.core import effects
+
+    resolved = []
+    real = effects._resolve
+    monkeypatch.setattr(effects, "_resolve", lambda n: resolved.append(n.name) or real(n))
+    monkeypatch.setattr(effects, "_RESOLVED", {})
+    b = G()
+    xs = [b.ph(f"x{i}", torch.randn(4, 6)) for i in range(3)]
+    ds = [b.call(F.dropout, x, 0.5, False) for x in xs]  # eval mode: each returns its own input
+    rs = [b.call(F.relu, x) for x in xs]
+    assert [returns_input(d) for d in ds] == xs and all(not effect(r).aliases for r in rs)
+    assert resolved == ["dropout", "relu"]  # one read per signature
+    t = b.ph("t", torch.randn(6, 4).t())
+    assert returns_input(b.call(F.dropout, t, 0.5, False)) is t and resolved[-1] == "dropout_3"  # other strides
+    assert effect(b.call(F.relu, xs[0], inplace=True)).writes == (xs[0],)  # another constant
 
 
 def test_a_pure_aten_overload_is_plain_unless_its_value_shares_an_inputs_storage():

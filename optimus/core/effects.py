@@ -49,7 +49,17 @@ from torch.fx import Node
 
 from optimus_lens.core import meta
 from optimus_lens.core.meta import storages
-from optimus_lens.core.opschema import NUMBER, bind, loose, named_overloads, overloads, params, probe
+from optimus_lens.core.opschema import (
+    NUMBER,
+    _signature,
+    _value_sig,
+    bind,
+    loose,
+    named_overloads,
+    overloads,
+    params,
+    probe,
+)
 
 #: modules whose functions may be run on FakeTensors to see what they dispatch (no global state)
 PROBE_MODULES = frozenset(
@@ -125,7 +135,7 @@ def effect(node: Node) -> NodeEffect:
         try:
             got = _plain_effect(node, value) if node.op == "call_function" and is_plain(node) else None
             if got is None:
-                got = _resolve(node)
+                got = _resolve_shared(node, value)
         except Exception as e:  # noqa: BLE001 - an op we cannot read is unknown, not an error
             got = _unknown(node, f"cannot read its effects ({type(e).__name__})")
     object.__setattr__(node, _MEMO, (node.target, node._args, node._kwargs, value, got))  # not Node.__setattr__
@@ -146,6 +156,60 @@ def _plain_effect(node: Node, value: Any) -> NodeEffect | None:
     if mine and any(storages(meta.value(i)) & mine for i in node.all_input_nodes):
         return None
     return _PLAIN_EFFECT
+
+
+_RESOLVED: dict = {}  # signature (see _resolve_shared) -> the answer with inputs as slot numbers
+_RESOLVED_LIMIT = 1 << 16
+
+
+def _resolve_shared(node: Node, value: Any) -> NodeEffect:
+    """:func:`_resolve`, shared between calls of one signature: the target, the arguments'
+    structure and constants, each input's layout (its slot: a node passed twice is one
+    input), the node's own example value's layout and which inputs share its storage.
+    Those are everything the answer is read from (the schema binding, the probe, which
+    :func:`optimus_lens.core.opschema.probe` keys the same way, and the storages), so one
+    answer serves every node of the signature, with its own inputs in their slots: the
+    128 ``relu`` s of a layer, or one node before and after a rewrite rewired it. A
+    signature that cannot be formed (an unhashable constant, a symbolic size) is resolved
+    as it stands. Raises what :func:`_resolve` raises."""
+    if node.op not in ("call_function", "call_method") or node.target is operator.getitem or node.target is getattr:
+        return _resolve(node)
+    slots: dict[Node, int] = {}
+    try:
+        key = (node.op, node.target, _signature(node.args, slots), _signature(node.kwargs, slots), _value_sig(value))
+        mine = storages(value)
+        order = list(slots)
+        key = (*key, tuple(i for i, n in enumerate(order) if mine and storages(meta.value(n)) & mine))
+        hit = _RESOLVED.get(key)
+    except (TypeError, ValueError):  # an unhashable constant or target, a symbolic size without hint
+        return _resolve(node)
+    if hit is not None:
+        w, a, i, state, rng, source = hit
+        return NodeEffect(
+            tuple(order[j] for j in w),
+            tuple(order[j] for j in a),
+            order[i] if i is not None else None,
+            state,
+            rng,
+            source,
+        )
+    got = _resolve(node)
+    try:
+        slot = slots.__getitem__
+        entry = (
+            tuple(map(slot, got.writes)),
+            tuple(map(slot, got.aliases)),
+            slot(got.identity) if got.identity is not None else None,
+            got.state,
+            got.rng,
+            got.source,
+        )
+    except KeyError:  # an answer naming a node that is not an input: keep it to this node
+        return got
+    if len(_RESOLVED) >= _RESOLVED_LIMIT:
+        _RESOLVED.clear()
+    _RESOLVED[key] = entry
+    return got
 
 
 def _carried(hit: tuple, node: Node, value: Any) -> NodeEffect | None:
