@@ -60,6 +60,13 @@ class Bindings(dict):
     def __init__(self, *a: Any, **kw: Any):
         super().__init__(*a, **kw)
         self.nodes: list[Node] = []
+        self._seen: set[Node] = set()
+
+    def add(self, node: Node) -> None:
+        """Record ``node`` as matched (once; O(1): a cat of 128 pieces adds 128)."""
+        if node not in self._seen:
+            self._seen.add(node)
+            self.nodes.append(node)
 
 
 #: keyword spellings of one parameter across an op's spellings (``torch.split`` vs ``Tensor.split``)
@@ -249,8 +256,8 @@ class Op(Pat):
             )
             return _fail(path, f"{value.name} is {value.op} {what}, not {self.label()}")
         here = value.name  # reasons below name the matched node: "cat_1.dim: ..."
-        if isinstance(b, Bindings) and value not in b.nodes:
-            b.nodes.append(value)
+        if isinstance(b, Bindings):
+            b.add(value)
         if self.args or self.kwargs:
             bound = bind(value)
             if isinstance(bound, Miss):
@@ -383,7 +390,8 @@ class Pieces(Pat):
         if len(total) != len(value):
             return _fail(path, f"{len(value)} of {_text(parent)}'s {len(total)} pieces are taken")
         if isinstance(b, Bindings):
-            b.nodes.extend(v for v in value if v not in b.nodes)
+            for v in value:
+                b.add(v)
         miss = self.producer._match(parent, b, f"{path}[*]")
         if miss is not None:
             return miss

@@ -85,7 +85,7 @@ class LayoutCheck(Listener):
         for old, new, users in self.moves:
             if new._erased:
                 continue
-            live = [u for u in users if not u._erased and new in u.all_input_nodes]
+            live = [u for u in users if not u._erased and new in u._input_nodes]  # a dict: O(1)
             bad = _layout.broken_use(old, new, live)
             if bad is not None:
                 raise _layout.LayoutError(_layout.mismatch_message(old, new, *bad))

@@ -302,7 +302,7 @@ class StepCheck(Listener):
         for old, new, users in self.moves:
             if new._erased:
                 continue
-            live = [u for u in users if not u._erased and new in u.all_input_nodes]
+            live = [u for u in users if not u._erased and new in u._input_nodes]  # a dict: O(1)
             if not live:
                 continue
             miss = dtype_miss(old, new) or offset_miss(old, new, live)
@@ -396,7 +396,7 @@ class StepCheck(Listener):
             movers = set(users) if fresh else set()
             classes = ge.written_classes(new) | ge.written_classes(old)
             for u in users:
-                if u._erased or new not in u.all_input_nodes:
+                if u._erased or new not in u._input_nodes:
                     continue
                 if new in effect(u).writes and not fresh:
                     raise UnsafeRewrite(f"{u.name} writes in place into {old.name}, which {new.name} would replace")
