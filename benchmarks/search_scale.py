@@ -20,6 +20,9 @@ recording, each on a fresh copy of the graph):
 * **ours+rec**: the same with ``record=True``; the trace's JSON size, one GraphSnapshot's
   JSON size, and the worst time to rebuild any step's before/after graph from the
   trace loaded back from JSON (``Trace.before(i)`` / ``Trace.after(i)``) are reported.
+* **floor** (``--floor``): one more run of ours, timing the FX and FakeTensor primitives
+  inside it (``Graph.create_node`` / ``erase_node``, FakeTensor dispatches, the final
+  ``recompile``; :func:`run_floor`): what the same steps cost with no analysis at all.
 
 Times are best-of-``--repeat`` and median seconds, both wall clock and CPU time of the
 process (``time.process_time``), with torch at one thread. Growth between sizes is given

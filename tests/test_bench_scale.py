@@ -34,6 +34,21 @@ def test_the_towers_module_captures_to_the_graph_search_scale_builds():
     assert ops == [n.op for n in built.graph.nodes]
 
 
+def test_search_scale_floor_times_the_primitives_inside_a_run_and_puts_them_back():
+    from torch.fx import Graph, GraphModule
+
+    search_scale = _load("search_scale")
+    before = {name: owner.__dict__[attr] for name, (owner, attr) in search_scale.FLOOR_PARTS.items()}
+    row = search_scale.measure(200, repeat=1, upstream_repeat=1, towers=8, floor=True)
+    f = row["floor"]
+    assert set(f) == {*search_scale.FLOOR_PARTS, "total_s"}
+    assert 0 < f["create_node"] and 0 < f["fake_dispatch"] and 0 < f["recompile"]
+    assert sum(v for k, v in f.items() if k != "total_s") < f["total_s"]
+    assert {name: owner.__dict__[attr] for name, (owner, attr) in search_scale.FLOOR_PARTS.items()} == before
+    assert Graph.create_node is before["create_node"] and GraphModule.recompile is before["recompile"]
+    assert "floor: FX and FakeTensor primitives" in search_scale.report_row(None, row)
+
+
 def test_post_grad_scale_times_both_sides_on_the_forward_and_backward_graphs():
     pgs = _load("post_grad_scale")
     small, big = pgs.measure(40, repeat=1, towers=4), pgs.measure(80, repeat=1, towers=4)
