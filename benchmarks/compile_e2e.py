@@ -98,6 +98,52 @@ def _time_our_pass(seen: dict) -> None:
     OptimusPreGradPass.__call__ = timed  # type: ignore[method-assign]
 
 
+def _step(fn, model, x, tangent, training: bool):
+    """One call of ``fn`` (the model, eager or compiled) on ``x``: (output, []) under
+    ``no_grad`` in inference; in training also the backward of ``tangent`` and every
+    parameter's gradient."""
+    import torch
+
+    if not training:
+        with torch.no_grad():
+            return fn(x), []
+    for p in model.parameters():
+        p.grad = None
+    out = fn(x)
+    out.backward(tangent)
+    return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def _inductor_options(way: str) -> dict:
+    """The Inductor config entries of an upstream way: its pre-grad Optimus options
+    (``search_scale.UPSTREAM_OPTIONS``) and, for ``upstream_all``, the post-grad ones."""
+    options: dict = {}
+    if way in ("upstream", "upstream_all"):
+        from search_scale import UPSTREAM_OPTIONS
+
+        options["pre_grad_fusion_options"] = dict(UPSTREAM_OPTIONS)
+    if way == "upstream_all":
+        from optimus_lens.inductor.observe_post import default_post_grad_options
+
+        options["post_grad_fusion_options"] = default_post_grad_options()
+    return options
+
+
+def _check_eager(into: dict, out, grads, ref_out, ref_grads) -> None:
+    """``into["equal_eager"]``: whether the output and gradients equal eager's
+    (``assert_close``), with the first line of the difference when not."""
+    import torch
+
+    try:
+        torch.testing.assert_close(out, ref_out)
+        for g, r in zip(grads, ref_grads):
+            torch.testing.assert_close(g, r)
+        into["equal_eager"] = True
+    except AssertionError as e:
+        into["equal_eager"] = False
+        into["difference"] = str(e).splitlines()[0]
+
+
 def child(way: str, nodes: int, mode: str, calls: int, towers: int) -> dict:
     """One compile in this (fresh) process: see the module doc. Returns the facts as a dict."""
     import torch
@@ -113,14 +159,7 @@ def child(way: str, nodes: int, mode: str, calls: int, towers: int) -> dict:
     tangent = torch.randn(x.shape, generator=gen)
 
     def step(fn):
-        if not training:
-            with torch.no_grad():
-                return fn(x), []
-        for p in model.parameters():
-            p.grad = None
-        out = fn(x)
-        out.backward(tangent)
-        return out.detach(), [p.grad.clone() for p in model.parameters()]
+        return _step(fn, model, x, tangent, training)
 
     ref_out, ref_grads = step(model)
     seen: dict = {"way": way, "nodes": nodes, "mode": mode, "torch": torch.__version__}
@@ -133,14 +172,8 @@ def child(way: str, nodes: int, mode: str, calls: int, towers: int) -> dict:
     else:
         import torch._inductor.config as cfg
 
-        if way in ("upstream", "upstream_all"):
-            from search_scale import UPSTREAM_OPTIONS
-
-            cfg.pre_grad_fusion_options = dict(UPSTREAM_OPTIONS)
-        if way == "upstream_all":
-            from optimus_lens.inductor.observe_post import default_post_grad_options
-
-            cfg.post_grad_fusion_options = default_post_grad_options()
+        for k, v in _inductor_options(way).items():
+            setattr(cfg, k, v)
         compiled = torch.compile(model, backend="inductor")
     from torch._inductor import config as icfg
 
@@ -154,14 +187,7 @@ def child(way: str, nodes: int, mode: str, calls: int, towers: int) -> dict:
     seen["timers"] = {k: round(v, 4) for k, v in sorted(timers.items(), key=lambda kv: -kv[1])[:12]}
     diffs = [(out - ref_out).abs().max().item()] + [(g - r).abs().max().item() for g, r in zip(grads, ref_grads)]
     seen["max_abs_diff"] = max(diffs)
-    try:
-        torch.testing.assert_close(out, ref_out)
-        for g, r in zip(grads, ref_grads):
-            torch.testing.assert_close(g, r)
-        seen["equal_eager"] = True
-    except AssertionError as e:
-        seen["equal_eager"] = False
-        seen["difference"] = str(e).splitlines()[0]
+    _check_eager(seen, out, grads, ref_out, ref_grads)
     seen["grads_checked"] = len(grads)
     for _ in range(2):
         step(compiled)
@@ -209,14 +235,7 @@ def side_by_side_child(ways: list[str], nodes: int, mode: str, calls: int, tower
         tangent = torch.randn(x.shape, generator=gen)
 
         def step(fn, model=model, x=x, tangent=tangent):
-            if not training:
-                with torch.no_grad():
-                    return fn(x), []
-            for p in model.parameters():
-                p.grad = None
-            out = fn(x)
-            out.backward(tangent)
-            return out.detach(), [p.grad.clone() for p in model.parameters()]
+            return _step(fn, model, x, tangent, training)
 
         ref_out, ref_grads = step(model)
         if way == "ours":
@@ -224,29 +243,13 @@ def side_by_side_child(ways: list[str], nodes: int, mode: str, calls: int, tower
 
             compiled = optimus_lens.compile(model, check="off")
         else:
-            options: dict = {}
-            if way in ("upstream", "upstream_all"):
-                from search_scale import UPSTREAM_OPTIONS
-
-                options["pre_grad_fusion_options"] = dict(UPSTREAM_OPTIONS)
-            if way == "upstream_all":
-                from optimus_lens.inductor.observe_post import default_post_grad_options
-
-                options["post_grad_fusion_options"] = default_post_grad_options()
-            compiled = torch.compile(model, backend="inductor", options=options)
+            compiled = torch.compile(model, backend="inductor", options=_inductor_options(way))
         seen.clear()
         t0 = time.perf_counter()
         out, grads = step(compiled)
         row = {"way": way, "first_call_s": time.perf_counter() - t0}
         row["pre_grad_nodes_after"] = seen.get("pre_grad_nodes_after")
-        try:
-            torch.testing.assert_close(out, ref_out)
-            for g, r in zip(grads, ref_grads):
-                torch.testing.assert_close(g, r)
-            row["equal_eager"] = True
-        except AssertionError as e:
-            row["equal_eager"] = False
-            row["difference"] = str(e).splitlines()[0]
+        _check_eager(row, out, grads, ref_out, ref_grads)
         entries.append((row, step, compiled))
     for _, step, compiled in entries:
         for _ in range(2):
