@@ -51,14 +51,14 @@ from optimus_lens.core import meta
 from optimus_lens.core.meta import storages
 from optimus_lens.core.opschema import (
     NUMBER,
-    _signature,
-    _value_sig,
+    arg_signature,
     bind,
     loose,
     named_overloads,
     overloads,
     params,
     probe,
+    value_signature,
 )
 
 #: modules whose functions may be run on FakeTensors to see what they dispatch (no global state)
@@ -176,7 +176,13 @@ def _resolve_shared(node: Node, value: Any) -> NodeEffect:
         return _resolve(node)
     slots: dict[Node, int] = {}
     try:
-        key = (node.op, node.target, _signature(node.args, slots), _signature(node.kwargs, slots), _value_sig(value))
+        key = (
+            node.op,
+            node.target,
+            arg_signature(node.args, slots),
+            arg_signature(node.kwargs, slots),
+            value_signature(value),
+        )
         mine = storages(value)
         order = list(slots)
         key = (*key, tuple(i for i, n in enumerate(order) if mine and storages(meta.value(n)) & mine))

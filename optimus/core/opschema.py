@@ -185,24 +185,28 @@ _PROBE_LIMIT = 4096
 _PRIVATE_MODE: list = []
 
 
-def _signature(v: Any, slots: dict) -> Any:
+def arg_signature(v: Any, slots: dict) -> Any:
     """A hashable description of an argument for the probe's memo: a tensor by its
     metadata and the slot of its node (so a node passed twice stays one tensor)."""
     if isinstance(v, Node):
         ev = meta.value(v)
         slot = slots.setdefault(v, len(slots))
-        return ("node", slot, _value_sig(ev))
+        return ("node", slot, value_signature(ev))
     if isinstance(v, (list, tuple)):
-        return (type(v).__name__, tuple(_signature(x, slots) for x in v))
+        return (type(v).__name__, tuple(arg_signature(x, slots) for x in v))
     if isinstance(v, dict):
-        return ("dict", tuple((k, _signature(x, slots)) for k, x in v.items()))
+        return ("dict", tuple((k, arg_signature(x, slots)) for k, x in v.items()))
     if isinstance(v, slice):
-        return ("slice", _signature((v.start, v.stop, v.step), slots))
+        return ("slice", arg_signature((v.start, v.stop, v.step), slots))
     hash(v)
     return ("const", type(v).__name__, v)
 
 
-def _value_sig(ev: Any) -> Any:
+def value_signature(ev: Any) -> Any:
+    """A hashable description of an example value: a tensor's sizes, strides, storage
+    offset (elements; symbolic ones by their hints), dtype and device; a tuple of them for
+    a tuple; a number by its value; anything else by its type. Raises ValueError for a
+    symbolic size without hint."""
     if isinstance(ev, torch.Tensor):
         size, stride, off = tuple(ev.shape), ev.stride(), ev.storage_offset()
         if all(type(x) is int for x in (*size, *stride, off)):  # the common, static case
@@ -216,7 +220,7 @@ def _value_sig(ev: Any) -> Any:
             str(ev.device),
         )
     if isinstance(ev, (list, tuple)):
-        return tuple(_value_sig(x) for x in ev)
+        return tuple(value_signature(x) for x in ev)
     if isinstance(ev, NUMBER):
         return ("n", _hint(ev))
     return ("v", type(ev).__name__)
@@ -282,7 +286,7 @@ def probe(node: Node) -> Probe | None:
     for calls without global side effects: the caller decides which."""
     slots: dict[Node, int] = {}
     try:
-        key = (node.op, node.target, _signature(node.args, slots), _signature(node.kwargs, slots))
+        key = (node.op, node.target, arg_signature(node.args, slots), arg_signature(node.kwargs, slots))
     except (TypeError, ValueError):
         return None
     hit = _PROBES.get(key, False)
