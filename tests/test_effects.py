@@ -119,7 +119,7 @@ def test_common_targets_are_read_once_per_target():
     assert aliasing.analysis(b.g).quiet is False
 
 
-def test_a_rewired_node_keeps_its_answer_only_for_inputs_laid_out_alike(monkeypatch):
+def test_a_rewired_node_keeps_its_answer_only_for_inputs_of_the_same_sizes_and_strides(monkeypatch):
     from optimus_lens.core import effects
 
     resolved = []
@@ -137,8 +137,10 @@ def test_a_rewired_node_keeps_its_answer_only_for_inputs_laid_out_alike(monkeypa
     c.replace_input_with(t, u)
     assert not effect(r).aliases and effect(c).aliases == (u,)
     assert resolved == ["relu", "contiguous"]  # read once each, before the rewiring
-    r.replace_input_with(y, o)  # another storage offset: probed again
-    c.replace_input_with(u, x)  # other strides
+    r.replace_input_with(y, o)  # another storage offset only: no op decides its effects by it
+    assert not effect(r).aliases and resolved == ["relu", "contiguous"]
+    r.replace_input_with(o, t)  # other strides: probed again
+    c.replace_input_with(u, x)
     assert not effect(r).aliases and effect(c).aliases == (x,)
     assert resolved == ["relu", "contiguous", "relu", "contiguous"]
     v = b.call("view", x, -1, method=True)  # its example value is in x's storage
@@ -335,3 +337,38 @@ def test_a_tensor_given_a_copy_of_another_ones_dict_reads_its_own_storage_key():
     assert storage_key(x) == storage_key(v)  # read, and kept on the FakeTensor
     y.__dict__[_SKEY] = x.__dict__[_SKEY]  # what a deep copy does: Tensor.__deepcopy__ copies __dict__
     assert storage_key(y) != storage_key(x) and storage_key(y) == y.untyped_storage()._cdata
+
+
+def test_the_graph_keeps_its_offset_readers_as_rewrites_add_and_remove_them():
+    b = G()
+    x = b.ph("x", torch.randn(4, 8))
+    y = b.call(torch.relu, x)
+    b.g.output((y,))
+    assert aliasing.offset_readers(b.g) == set()
+    rw = Rewriter(b.g)
+    with rw.inserting_after(y):
+        off = rw.create("call_method", "storage_offset", (y,))
+        strided = rw.call(torch.as_strided, y, (2, 2), (1, 1), 3)
+        plain = rw.call(torch.as_strided, y, (2, 2), (1, 1))  # no storage_offset argument: reads none
+    assert aliasing.offset_readers(b.g) == {off, strided}
+    assert plain not in aliasing.offset_readers(b.g)
+    rw.erase(strided)
+    assert aliasing.offset_readers(b.g) == {off}
+    rw.rollback()
+    assert aliasing.offset_readers(b.g) == set()
+
+
+def test_a_created_node_is_classified_with_its_value_not_before_it():
+    b = G()
+    x = b.ph("x", torch.randn(4, 8))
+    y = b.call(torch.relu, x)
+    b.g.output((y,))
+    aliasing.analysis(b.g)
+    rw = Rewriter(b.g)
+    with rw.inserting_after(y):
+        w = rw.call(torch.Tensor.add_, y, 1)  # a write: read with its example value, it is effectful
+        v = rw.call(torch.Tensor.view, y, (8, 4))
+    ge = aliasing.analysis(b.g)
+    assert w in ge.effectful and ge.effectful[w].writes == (y,)
+    assert v not in ge.odd  # its storage is y's: no alias edge the storages do not show
+    rw.rollback()

@@ -2,6 +2,7 @@
 invalid is rolled back to exactly the graph before it, recorded as failed, and the run
 goes on with the pattern disabled at that site (or stops, by option)."""
 
+import operator
 import re
 from pathlib import Path
 
@@ -10,10 +11,11 @@ import torch
 import torch.nn as nn
 
 from optimus_lens.core.engine import Engine, PatternError, RunOptions
+from optimus_lens.core.index import find_cycle
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.pattern import Match, RewritePattern
 from optimus_lens.core.pipeline import Pass, Pipeline
-from optimus_lens.core.rewriter import InvalidGraph, Listener, Rewriter, find_cycle
+from optimus_lens.core.rewriter import InvalidGraph, Listener, Rewriter
 from optimus_lens.core.trace import Trace
 from optimus_lens.frontend.capture import capture
 from optimus_lens.passes.common import RELU, is_call
@@ -260,3 +262,40 @@ def test_failed_steps_round_trip_through_json_and_old_traces_still_load():
     for s in old["steps"]:
         s.pop("error", None)
     assert all(s.error is None for s in Trace.from_json(old).steps)
+
+
+def _unbind_graph():
+    c = _captured()
+    lin = next(n for n in c.gm.graph.nodes if n.target is torch._C._nn.linear)
+    rw = Rewriter(c.gm.graph)
+    with rw.inserting_after(lin):
+        st = rw.call(torch.stack, [lin, lin, lin])
+        with rw.inserting_after(st):
+            ub = rw.call(torch.unbind, st)
+    return c, rw, ub
+
+
+def test_getitems_in_one_go_are_the_getitems_call_makes():
+    c, rw, ub = _unbind_graph()
+    with rw.inserting_after(ub):
+        bulk = rw.getitems(ub, 3)
+    with rw.inserting_after(bulk[-1]):
+        one = [rw.call(operator.getitem, ub, i) for i in range(3)]
+    for a, b in zip(bulk, one):
+        assert (a.op, a.target, a.args[1]) == (b.op, b.target, b.args[1])
+        assert a.meta["example_value"] is b.meta["example_value"] is ub.meta["example_value"][a.args[1]]
+    assert [n.name for n in bulk] == ["getitem", "getitem_1", "getitem_2"]
+    assert rw.created[-6:] == [*bulk, *one] and all(n in rw.changed for n in bulk)
+    before = fingerprint(c.gm.graph)
+    rw.rollback()
+    assert all(n._erased for n in bulk) and before != fingerprint(c.gm.graph)
+    assert not [n for n in c.gm.graph.nodes if n.target is operator.getitem]
+
+
+def test_getitems_of_a_value_that_is_not_a_tuple_of_fake_tensors_are_inferred_one_by_one():
+    c, rw, ub = _unbind_graph()
+    ub.meta["example_value"] = None  # no value to read the pieces from
+    with rw.inserting_after(ub):
+        made = rw.getitems(ub, 2)
+    assert [n.args for n in made] == [(ub, 0), (ub, 1)] and all(n.meta.get("example_value") is None for n in made)
+    rw.rollback()

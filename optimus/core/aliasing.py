@@ -46,6 +46,7 @@ from optimus_lens.core import meta
 from optimus_lens.core.effects import PURE, NodeEffect, effect, is_plain
 from optimus_lens.core.meta import storage_key, storages
 from optimus_lens.core.miss import Miss
+from optimus_lens.core.strides import reads_offset
 
 _GRAPHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Graph -> GraphEffects
 
@@ -57,6 +58,7 @@ class GraphEffects:
         self.graph = graph
         self.effectful: dict[Node, NodeEffect] = {}  # writes, state or rng
         self.odd: dict[Node, NodeEffect] = {}  # alias edges the example storages do not show
+        self.offset_readers: set[Node] = set()  # nodes that read their input's storage offset
         self.pending: set[Node] | None = None  # None: scan the whole graph
         self.seen_len = -1
         self.positions: Mapping[Node, int] | None = None  # the engine's GraphIndex.pos, when registered
@@ -66,29 +68,40 @@ class GraphEffects:
         self.version = 0
 
     # ---------------------------------------------------------------- upkeep
-    def refresh(self) -> GraphEffects:
-        """Read the nodes changed since the last query (all of them after an outside change)."""
+    def refresh(self, later: Node | None = None) -> GraphEffects:
+        """Read the nodes changed since the last query (all of them after an outside change).
+        ``later``, a pending node whose example value is not computed yet (the node
+        :func:`state_before` is computing it for), stays pending: read now, it would be
+        classified without its value and again with it."""
         g = self.graph
+        keep = None
         if self.pending is None or len(g.nodes) != self.seen_len and not self.pending:
-            self.effectful, self.odd = {}, {}
+            self.effectful, self.odd, self.offset_readers = {}, {}, set()
             todo: Iterable[Node] = g.nodes
             self.tables = None
         elif self.pending:
             todo = self.pending
+            if later is not None and later in todo:
+                if len(todo) == 1:
+                    return self
+                todo, keep = todo - {later}, {later}
             self.tables = None
         else:
             return self
         for n in todo:
             self.effectful.pop(n, None)
             self.odd.pop(n, None)
+            self.offset_readers.discard(n)
             if n._erased or n.graph is not g:
                 continue
+            if reads_offset(n):
+                self.offset_readers.add(n)
             eff, odd = _classify(n)
             if eff.effectful:
                 self.effectful[n] = eff
             if odd:
                 self.odd[n] = eff
-        self.pending = set()
+        self.pending = keep or set()
         self.seen_len = len(g.nodes)
         self.version += 1
         return self
@@ -357,6 +370,14 @@ def is_written(node: Node) -> bool:
     return analysis(node.graph).is_written(node)
 
 
+def offset_readers(graph: Graph) -> set[Node]:
+    """The nodes of ``graph`` that read their input's storage offset
+    (:func:`optimus_lens.core.strides.reads_offset`); where there are none, no use of any
+    node reads one (:func:`optimus_lens.core.strides.offset_use` is None everywhere).
+    The caller must not change the set."""
+    return analysis(graph).offset_readers
+
+
 def signature(node: Node) -> tuple:
     """:meth:`GraphEffects.signature` of ``node`` in its graph."""
     return analysis(node.graph).signature(node)
@@ -375,8 +396,10 @@ def state_before(graph: Graph, node: Node) -> Iterator[None]:
     undone afterwards (contexts left open exited in reverse order, grad mode restored).
     So a node a rewrite creates inside ``torch.autocast(...)`` gets the example value it
     computes there (bf16, not fp32). Does nothing in a graph without state changes (reads
-    the graph's analysis, changed nodes only, so costs O(nodes changed) per call)."""
-    ge = analysis(graph)
+    the graph's analysis, changed nodes only, so costs O(nodes changed) per call; ``node``
+    itself, which has no example value yet, is read at the next query)."""
+    ge = _GRAPHS.get(graph)
+    ge = analysis(graph) if ge is None else ge.refresh(later=node)
     t = None
     if any(e.state for e in ge.effectful.values()):
         t = ge.tables or ge.last_tables or ge._tables()

@@ -190,7 +190,9 @@ def _resolve_shared(node: Node, value: Any) -> NodeEffect:
     except (TypeError, ValueError):  # an unhashable constant or target, a symbolic size without hint
         return _resolve(node)
     if hit is not None:
-        w, a, i, state, rng, source = hit
+        w, a, i, state, rng, source, whole = hit
+        if whole is not None:  # names no input: one answer for every node of the signature
+            return whole
         return NodeEffect(
             tuple(order[j] for j in w),
             tuple(order[j] for j in a),
@@ -209,6 +211,7 @@ def _resolve_shared(node: Node, value: Any) -> NodeEffect:
             got.state,
             got.rng,
             got.source,
+            None if got.writes or got.aliases or got.identity is not None else got,
         )
     except KeyError:  # an answer naming a node that is not an input: keep it to this node
         return got
@@ -223,11 +226,16 @@ def _carried(hit: tuple, node: Node, value: Any) -> NodeEffect | None:
     resolve afresh. A rewrite that rewires a node (``replace_all_uses``) gives it new
     argument objects that differ only in which nodes they name. The answer is a function
     of the target, the arguments' structure and constants, the layout of each input's
-    example value (sizes, strides, storage offset, dtype, device: what the schema binding
-    and the probe read, :func:`optimus_lens.core.opschema.probe`'s signature) and which
-    inputs share the node's own storage. So when every swapped input is laid out as the
-    one it replaces, one node for one node, and shares the node's storage exactly when
-    that one did, the old answer holds with the new inputs in place of the old."""
+    example value (sizes, strides, dtype, device: what the schema binding and the probe
+    read, :func:`optimus_lens.core.opschema.probe`'s signature) and which inputs share the
+    node's own storage. So when every swapped input is laid out as the one it replaces,
+    one node for one node, and shares the node's storage exactly when that one did, the
+    old answer holds with the new inputs in place of the old. The storage offset may
+    differ (the ``i``-th piece of an unbind starts ``i`` rows in): what an op writes or
+    returns as an alias is fixed per argument by its schema's alias annotations, and
+    which overloads a torch function dispatches is chosen by sizes, strides, dtype and
+    device, never by where in its storage a tensor starts; so the 128 uses of a fused
+    group's pieces keep their answers."""
     swap: dict[Node, Node] = {}
     if not _same_but_inputs(hit[1], node._args, swap) or not _same_but_inputs(hit[2], node._kwargs, swap):
         return None
@@ -277,19 +285,19 @@ def _same_but_inputs(a: Any, b: Any, swap: dict) -> bool:
 
 
 def _same_layout(x: Any, y: Any) -> bool:
-    """Whether two example values have the same sizes, strides, storage offset, dtype and
-    device (statically: a symbolic size compares False), or are equal numbers/None."""
+    """Whether two example values have the same sizes, strides, dtype and device
+    (statically: a symbolic size compares False; the storage offset may differ, see
+    :func:`_carried`), or are equal numbers/None."""
     if isinstance(x, torch.Tensor):
         if not isinstance(y, torch.Tensor) or x.dtype is not y.dtype or x.device != y.device:
             return False
         try:
             sx, sy, tx, ty = tuple(x.shape), tuple(y.shape), x.stride(), y.stride()
-            ox, oy = x.storage_offset(), y.storage_offset()
         except Exception:  # noqa: BLE001 - a tensor without strides
             return False
-        if not all(type(v) is int for v in (*sx, *sy, *tx, *ty, ox, oy)):
+        if not all(type(v) is int for v in (*sx, *sy, *tx, *ty)):
             return False
-        return sx == sy and tx == ty and ox == oy
+        return sx == sy and tx == ty
     if isinstance(x, (list, tuple)):
         return type(x) is type(y) and len(x) == len(y) and all(_same_layout(p, q) for p, q in zip(x, y))
     if x is None or type(x) in (int, float, bool):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from torch.fx import Graph, Node
@@ -431,3 +431,45 @@ def _block_order(members: dict[Node, None], at: Callable[[Node], Any]) -> list[N
                 if deg[u] == 0:
                     ready.append(u)
     return sorted(members, key=lambda v: (depth[v], at(v)))
+
+
+def find_cycle(changed: list[Node], level: dict | None) -> list[Node] | None:
+    """A cycle through the nodes whose inputs a step set (``changed``), as a path that
+    starts and ends at one node, or None. One depth-first walk up the inputs from all of
+    them (grey = on the walk's path, black = done), so O(nodes and edges visited).
+
+    Before the step the graph was acyclic, so every cycle has an edge into a changed node,
+    and an unchanged node on it reaches a changed pre-existing node along old edges, whose
+    ``level`` (increasing along every edge before the step) is lower. So with ``level`` the
+    walk does not enter unchanged nodes below the lowest level among changed nodes."""
+    if not changed:
+        return None
+    cset = set(changed)
+    floor = None
+    if level is not None:
+        known = [level[n] for n in changed if n in level]
+        floor = min(known) if known else float("inf")
+    state: dict[Node, int] = {}  # 1 grey, 2 black
+    for start in changed:
+        if start in state:
+            continue
+        state[start] = 1
+        stack: list[tuple[Node, Iterator[Node]]] = [(start, iter(start.all_input_nodes))]
+        while stack:
+            n, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[n] = 2
+                stack.pop()
+                continue
+            st = state.get(nxt)
+            if st == 2:
+                continue
+            if st == 1:
+                path = [m for m, _ in stack]
+                return path[path.index(nxt) :] + [nxt]
+            if floor is not None and level is not None and nxt not in cset and nxt in level and level[nxt] < floor:
+                continue
+            state[nxt] = 1
+            stack.append((nxt, iter(nxt.all_input_nodes)))
+    return None

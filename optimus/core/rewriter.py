@@ -22,12 +22,14 @@ say), so it is rolled back instead of half-recorded.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
@@ -35,6 +37,7 @@ from optimus_lens.core import aliasing, meta
 from optimus_lens.core import strides as _layout
 from optimus_lens.core.effects import effect
 from optimus_lens.core.hooks import node_hooks
+from optimus_lens.core.index import find_cycle
 
 
 class Listener:
@@ -179,6 +182,39 @@ class Rewriter:
     def call(self, fn: Any, *args: Any, **kwargs: Any) -> Node:
         """``create("call_function", fn, args, kwargs)`` with its example value."""
         return self.create("call_function", fn, args, kwargs)
+
+    def getitems(self, parent: Node, count: int) -> list[Node]:
+        """``[parent[0], ..., parent[count - 1]]`` at the insertion point, each as
+        :meth:`call` of ``operator.getitem`` makes it (same names, order, example values
+        and notices). Where ``parent``'s example value is a tuple or list of at least
+        ``count`` FakeTensors (the unbind or split a batch fusion writes), each piece's
+        value is its element (what :func:`optimus_lens.core.meta.infer` derives), so the
+        ``count`` nodes are made in one go: the per-node upkeep of :meth:`create` (users
+        saved, the global-state replay, the effect analysis told) is paid once."""
+        pieces = meta.value(parent)
+        if not (
+            isinstance(pieces, (tuple, list))
+            and 0 < count <= len(pieces)
+            and all(isinstance(pieces[i], FakeTensor) for i in range(count))
+        ):
+            return [self.call(operator.getitem, parent, i) for i in range(count)]
+        key = meta.value_key(parent)
+        self._save_users(parent)
+        self._inside += 1
+        try:
+            out = [self.graph.create_node("call_function", operator.getitem, (parent, i), {}) for i in range(count)]
+        finally:
+            self._inside -= 1
+        for i, n in enumerate(out):
+            self._journal.append(("create", n))
+            self.changed[n] = None
+            n.meta[key] = pieces[i]
+        self.created.extend(out)
+        aliasing.touch(self.graph, out)
+        for lst in self.listeners:
+            for n in out:
+                lst.notify_inserted(n)
+        return out
 
     def replace_all_uses(self, old: Node, new: Node, keep_layout: bool = True) -> Node:
         """Point every user of ``old`` at ``new`` (``old`` itself stays; erase it after).
@@ -553,45 +589,3 @@ def _relink(g: Graph, n: Node, prev: Node, args: tuple, kwargs: dict) -> None:
     g._len += 1
     g._find_nodes_lookup_table.insert(n)
     n.args, n.kwargs = args, kwargs
-
-
-def find_cycle(changed: list[Node], level: dict | None) -> list[Node] | None:
-    """A cycle through the nodes whose inputs a step set (``changed``), as a path that
-    starts and ends at one node, or None. One depth-first walk up the inputs from all of
-    them (grey = on the walk's path, black = done), so O(nodes and edges visited).
-
-    Before the step the graph was acyclic, so every cycle has an edge into a changed node,
-    and an unchanged node on it reaches a changed pre-existing node along old edges, whose
-    ``level`` (increasing along every edge before the step) is lower. So with ``level`` the
-    walk does not enter unchanged nodes below the lowest level among changed nodes."""
-    if not changed:
-        return None
-    cset = set(changed)
-    floor = None
-    if level is not None:
-        known = [level[n] for n in changed if n in level]
-        floor = min(known) if known else float("inf")
-    state: dict[Node, int] = {}  # 1 grey, 2 black
-    for start in changed:
-        if start in state:
-            continue
-        state[start] = 1
-        stack: list[tuple[Node, Iterator[Node]]] = [(start, iter(start.all_input_nodes))]
-        while stack:
-            n, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                state[n] = 2
-                stack.pop()
-                continue
-            st = state.get(nxt)
-            if st == 2:
-                continue
-            if st == 1:
-                path = [m for m, _ in stack]
-                return path[path.index(nxt) :] + [nxt]
-            if floor is not None and level is not None and nxt not in cset and nxt in level and level[nxt] < floor:
-                continue
-            state[nxt] = 1
-            stack.append((nxt, iter(nxt.all_input_nodes)))
-    return None

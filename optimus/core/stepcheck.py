@@ -56,23 +56,37 @@ class UnsafeRewrite(RuntimeError):
 
 def dtype_miss(old: Node, new: Any) -> Miss | None:
     """A Miss when ``new`` would replace ``old`` with another dtype."""
-    a, b = eager_tensor(old), eager_tensor(new)
-    if a is None or b is None or a.dtype == b.dtype:
-        return None
-    return Miss(f"{_name(new)} is {_dt(b)} where {old.name} is {_dt(a)} (a replacement must keep the dtype)")
+    return _dtype_miss(old, new, eager_tensor(old), eager_tensor(new))
 
 
 def offset_miss(old: Node, new: Any, users: list[Node] | None = None) -> Miss | None:
     """A Miss when ``new`` starts at another storage offset than ``old`` and a use of
     ``old`` (``users``, default all) reads the offset, directly or through a view."""
+    return _offset_miss(old, new, eager_tensor(old), eager_tensor(new), users)
+
+
+def move_miss(old: Node, new: Any, users: list[Node] | None = None) -> Miss | None:
+    """:func:`dtype_miss` or :func:`offset_miss`, reading each value once."""
     a, b = eager_tensor(old), eager_tensor(new)
+    return _dtype_miss(old, new, a, b) or _offset_miss(old, new, a, b, users)
+
+
+def _dtype_miss(old: Node, new: Any, a: torch.Tensor | None, b: torch.Tensor | None) -> Miss | None:
+    if a is None or b is None or a.dtype == b.dtype:
+        return None
+    return Miss(f"{_name(new)} is {_dt(b)} where {old.name} is {_dt(a)} (a replacement must keep the dtype)")
+
+
+def _offset_miss(
+    old: Node, new: Any, a: torch.Tensor | None, b: torch.Tensor | None, users: list[Node] | None
+) -> Miss | None:
     if a is None or b is None:
         return None
     try:
         same = int(a.storage_offset()) == int(b.storage_offset())
     except Exception:  # noqa: BLE001 - a symbolic offset: cannot prove them equal
         same = False
-    if same:
+    if same or not aliasing.offset_readers(old.graph):  # no node of the graph reads an offset
         return None
     use = offset_use(old, list(old.users) if users is None else users)
     if use is None:
@@ -137,7 +151,7 @@ def replacement_miss(old: Node, new: Any) -> Miss | None:
     between ``old`` and a use of it."""
     if not isinstance(new, Node):
         return None
-    miss = dtype_miss(old, new) or offset_miss(old, new)
+    miss = move_miss(old, new)
     if miss:
         return miss
     out = next((u for u in old.users if u.op == "output"), None)
@@ -305,7 +319,7 @@ class StepCheck(Listener):
             live = [u for u in users if not u._erased and new in u._input_nodes]  # a dict: O(1)
             if not live:
                 continue
-            miss = dtype_miss(old, new) or offset_miss(old, new, live)
+            miss = move_miss(old, new, live)
             if miss:
                 raise UnsafeRewrite(str(miss))
         out = self.output_node or output_of(graph)

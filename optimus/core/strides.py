@@ -140,6 +140,13 @@ def offset_reason(user: Node, stands: tuple[Node, ...]) -> str | None:
     its start, docs of ``torch.as_strided``), or a method of ``OFFSET_METHODS``."""
     if not user.args or user.args[0] not in stands:
         return None
+    return reads_offset(user)
+
+
+def reads_offset(user: Node) -> str | None:
+    """Why ``user`` reads the storage offset of its first argument, whatever that is (see
+    :func:`offset_reason`), or None. A property of the node alone, so a graph can keep the
+    set of its nodes that read one (:func:`optimus_lens.core.aliasing.offset_readers`)."""
     if user.op == "call_method":
         r = OFFSET_METHODS.get(user.target)
         if r is not None:

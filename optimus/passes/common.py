@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.aliasing import is_written, signature
+from optimus_lens.core.aliasing import is_written, offset_readers, signature
 from optimus_lens.core.effects import effect, writes_inputs
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.rewriter import Rewriter
@@ -56,7 +56,7 @@ def replace_with_getitems(rw: Rewriter, nodes: list[Node], tuple_node: Node) -> 
     erased). The getitem keeps the old node's ``stack_trace`` and ``nn_module_stack``. A
     use that depends on the old node's strides gets the getitem's ``contiguous()`` when
     the strides differ (:meth:`optimus_lens.core.rewriter.Rewriter.replace_all_uses`)."""
-    out = [rw.call(operator.getitem, tuple_node, i) for i in range(len(nodes))]
+    out = rw.getitems(tuple_node, len(nodes))
     for g, n in zip(out, nodes):
         rw.carry_meta(n, g)
         rw.replace_all_uses(n, g)
@@ -175,6 +175,8 @@ def member_miss(node: Node) -> Miss | None:
 
 
 def _offset_miss(node: Node) -> Miss | None:
+    if not offset_readers(node.graph):  # no node of the graph reads a storage offset
+        return None
     use = offset_use(node, list(node.users))
     if use is None:
         return None
