@@ -372,3 +372,12 @@ def test_a_created_node_is_classified_with_its_value_not_before_it():
     assert w in ge.effectful and ge.effectful[w].writes == (y,)
     assert v not in ge.odd  # its storage is y's: no alias edge the storages do not show
     rw.rollback()
+
+
+def test_an_erased_node_is_answered_as_it_was_in_the_graph():
+    b = G()
+    x = b.ph("x", torch.randn(4, 8))
+    w = b.call("add_", x, 1, method=True)
+    assert effect(w).writes == (x,)
+    b.g.erase_node(w)  # FX clears its arguments: nothing left to read the write from
+    assert w.args == (None, 1) and effect(w).writes == (x,)

@@ -118,7 +118,8 @@ def effect(node: Node) -> NodeEffect:
     """The :class:`NodeEffect` of ``node`` (see the module docstring for the sources).
     Memoised on the node itself while its target, arguments and example value stay the
     same objects (a rewrite that changes them is answered afresh; a copied graph's nodes
-    start with no memo). Never raises: what cannot be read is the unknown, conservative
+    start with no memo), and for an erased node, whose arguments FX clears, as it was
+    while it was in the graph (a step's checks read the nodes it replaced). Never raises: what cannot be read is the unknown, conservative
     answer."""
     m = node.meta
     value = m.get("example_value")
@@ -126,8 +127,8 @@ def effect(node: Node) -> NodeEffect:
         value = m.get("val")
     hit = node.__dict__.get(_MEMO)
     if hit is not None and hit[0] is node.target and hit[3] is value:
-        if hit[1] is node._args and hit[2] is node._kwargs:
-            return hit[4]
+        if hit[1] is node._args and hit[2] is node._kwargs or node._erased:
+            return hit[4]  # an erased node (FX clears its arguments) is answered as it was
         got = None if node.target is operator.getitem else _carried(hit, node, value)  # a getitem reads at once
     else:
         got = None
@@ -152,8 +153,13 @@ def _plain_effect(node: Node, value: Any) -> NodeEffect | None:
     """:data:`_PLAIN_EFFECT` for a call of a plain target, unless its example value shares
     an input's storage (``aten._unsafe_view``: a view its schema does not declare), which
     :func:`_resolve` reads from the storages."""
+    if isinstance(value, torch.Tensor):  # the common case: one storage, compared by key
+        mine = meta.storage_key(value)
+        if mine is not None and any(mine in storages(meta.value(i)) for i in node._input_nodes):
+            return None
+        return _PLAIN_EFFECT
     mine = storages(value)
-    if mine and any(storages(meta.value(i)) & mine for i in node.all_input_nodes):
+    if mine and any(storages(meta.value(i)) & mine for i in node._input_nodes):
         return None
     return _PLAIN_EFFECT
 

@@ -101,7 +101,7 @@ def placeholder_spans(graph) -> list[Any]:
     :func:`output_overlaps`). Kept per graph while its placeholders and their example
     values stay the same objects (a step rarely touches them; the towers graph at 21k
     nodes has ~10k)."""
-    ps = [n for n in graph.nodes if n.op == "placeholder"]
+    ps = _placeholders(graph)
     values = [meta.value(p) for p in ps]
     got = _SPANS.get(graph)
     if (
@@ -114,6 +114,24 @@ def placeholder_spans(graph) -> list[Any]:
     spans = [_span(p) for p in ps]
     _SPANS[graph] = (ps, values, spans)
     return spans
+
+
+def _placeholders(graph) -> list[Node]:
+    """The graph's placeholders in graph order: the run of them the node list starts with
+    (where FX and Dynamo put them), read without walking the rest of the graph when FX's
+    lookup table counts no other; else every node's op."""
+    lead: list[Node] = []
+    for n in graph.nodes:
+        if n.op != "placeholder":
+            break
+        lead.append(n)
+    try:
+        total = len(graph.find_nodes(op="placeholder", sort=False))
+    except Exception:  # noqa: BLE001 - a graph without FX's lookup table
+        total = -1
+    if total == len(lead):
+        return lead
+    return [n for n in graph.nodes if n.op == "placeholder"]
 
 
 def _span(n: Any, depth: int = 0) -> Any:
