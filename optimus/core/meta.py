@@ -176,18 +176,20 @@ def _stacked(args: tuple, kwargs: dict) -> Any:
     first = xs[0]
     if not isinstance(first, FakeTensor) or first.layout != torch.strided or first.is_quantized:
         return None
-    size, dtype, device, mode = first.shape, first.dtype, first.device, first.fake_mode
-    if not all(type(d) is int for d in size) or torch.is_autocast_enabled(device.type):
+    size, dtype, device, mode = first.shape, first.dtype, first.fake_device, first.fake_mode
+    if not all(type(d) is int for d in size) or torch.is_autocast_enabled(device.type) or not first.is_contiguous():
         return None
-    for x in xs:
+    stride = first.stride()
+    for x in xs:  # attributes FakeTensor keeps as plain fields where it has them (128 inputs)
         if (
             not isinstance(x, FakeTensor)
             or x.fake_mode is not mode
+            or x.fake_device != device
+            or x.dtype is not dtype
+            or x.layout is not torch.strided
             or x.shape != size
-            or x.dtype != dtype
-            or x.device != device
-            or x.layout != torch.strided
-            or not x.is_contiguous()
+            or x.stride() != stride
+            and not x.is_contiguous()
         ):
             return None
     ndim = len(size) + 1
