@@ -55,10 +55,10 @@ from optimus_lens.core.opschema import (
     bind,
     loose,
     named_overloads,
+    node_signature,
     overloads,
     params,
     probe,
-    value_signature,
 )
 
 #: modules whose functions may be run on FakeTensors to see what they dispatch (no global state)
@@ -187,7 +187,7 @@ def _resolve_shared(node: Node, value: Any) -> NodeEffect:
             node.target,
             arg_signature(node.args, slots),
             arg_signature(node.kwargs, slots),
-            value_signature(value),
+            node_signature(node, value),
         )
         mine = storages(value)
         order = list(slots)

@@ -185,13 +185,16 @@ _PROBE_LIMIT = 4096
 _PRIVATE_MODE: list = []
 
 
+_SIGNATURE = "_optimus_signature"  # the node attribute holding (example value, value_signature of it)
+
+
 def arg_signature(v: Any, slots: dict) -> Any:
     """A hashable description of an argument for the probe's memo: a tensor by its
     metadata and the slot of its node (so a node passed twice stays one tensor)."""
     if isinstance(v, Node):
         ev = meta.value(v)
         slot = slots.setdefault(v, len(slots))
-        return ("node", slot, value_signature(ev))
+        return ("node", slot, node_signature(v, ev))
     if isinstance(v, (list, tuple)):
         return (type(v).__name__, tuple(arg_signature(x, slots) for x in v))
     if isinstance(v, dict):
@@ -200,6 +203,17 @@ def arg_signature(v: Any, slots: dict) -> Any:
         return ("slice", arg_signature((v.start, v.stop, v.step), slots))
     hash(v)
     return ("const", type(v).__name__, v)
+
+
+def node_signature(node: Node, ev: Any) -> Any:
+    """:func:`value_signature` of ``ev``, ``node``'s example value, memoised on the node
+    while its value stays the same object (a node is read as an input by each of its
+    users' effect queries and as itself by its own). Raises what value_signature raises."""
+    hit = node.__dict__.get(_SIGNATURE)
+    if hit is None or hit[0] is not ev:
+        hit = (ev, value_signature(ev))
+        object.__setattr__(node, _SIGNATURE, hit)  # not Node.__setattr__
+    return hit[1]
 
 
 def value_signature(ev: Any) -> Any:

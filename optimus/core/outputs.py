@@ -111,9 +111,18 @@ def placeholder_spans(graph) -> list[Any]:
         and all(a is b for a, b in zip(got[1], values))
     ):
         return got[2]
-    spans = [_span(p) for p in ps]
+    spans = [_placeholder_span(v) for v in values]
     _SPANS[graph] = (ps, values, spans)
     return spans
+
+
+def _placeholder_span(v: Any) -> Any:
+    """:func:`_span` of a placeholder whose example value is ``v``: a placeholder returns
+    no input and aliases none, so its span is its own value's."""
+    if not isinstance(v, torch.Tensor):
+        return None
+    s = aliasing.storage_span(v)
+    return False if s is None else s
 
 
 def _placeholders(graph) -> list[Node]:

@@ -202,7 +202,11 @@ class Rewriter:
         self._save_users(parent)
         self._inside += 1
         try:
-            out = [self.graph.create_node("call_function", operator.getitem, (parent, i), {}) for i in range(count)]
+            # FX would name each from its target ("getitem"), a regex per node: the same name given
+            out = [
+                self.graph.create_node("call_function", operator.getitem, (parent, i), {}, "getitem")
+                for i in range(count)
+            ]
         finally:
             self._inside -= 1
         for i, n in enumerate(out):

@@ -53,6 +53,9 @@ class LinearOperands:
 LINEAR_LIKE = frozenset().union(*LINEAR, *ADDMM, *MATMUL)
 
 
+_MEMO = "_optimus_linear"  # the node attribute holding (target, args, kwargs, input values, answer)
+
+
 def linear_operands(node: Node) -> LinearOperands | Miss:
     """The operands of a linear-like node, or a Miss naming the failed condition.
 
@@ -60,7 +63,23 @@ def linear_operands(node: Node) -> LinearOperands | Miss:
     ``Tensor.addmm`` with beta = alpha = 1; ``torch.matmul`` / ``@`` / ``Tensor.matmul``
     whose right operand is a placeholder or get_attr (a weight; Dynamo lifts parameters
     to placeholders). x must have rank >= 2 (addmm: exactly 2), W rank 2, the bias rank 1
-    (or 2 for addmm)."""
+    (or 2 for addmm).
+
+    Memoised on the node while its target, arguments and its inputs' example values stay
+    the same objects (the answer reads nothing else), as the effect memo is: both linear
+    fusions key every linear at the start of their passes, and the fusion reads the
+    operands again."""
+    hit = node.__dict__.get(_MEMO)
+    if hit is not None and hit[0] is node.target and hit[1] is node._args and hit[2] is node._kwargs:
+        if all(a is meta.value(i) for a, i in zip(hit[3], node._input_nodes)):
+            return hit[4]
+    got = _read_operands(node)
+    values = tuple(meta.value(i) for i in node._input_nodes)
+    object.__setattr__(node, _MEMO, (node.target, node._args, node._kwargs, values, got))  # not Node.__setattr__
+    return got
+
+
+def _read_operands(node: Node) -> LinearOperands | Miss:
     if is_call(node, *LINEAR):
         a = bind_args(node, (("input", REQUIRED), ("weight", REQUIRED), ("bias", None)))
         if isinstance(a, Miss):
