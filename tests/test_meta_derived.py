@@ -75,3 +75,45 @@ def test_getitem_of_a_tuple_value_is_the_parents_element(mode):
     assert meta.infer(gi) is pieces[1]
     neg = g.call_function(operator.getitem, (p, -1))
     assert meta.infer(neg) is pieces[-1]
+
+
+def _pieces_layout(ts) -> list:
+    return [(*_layout(t), type(t), meta.storage_key(t), t.fake_mode, t.fake_device) for t in ts]
+
+
+@pytest.mark.parametrize(
+    "make, dim",
+    [
+        (lambda: torch.randn(128, 4, 8), 0),
+        (lambda: torch.randn(4, 6, 8), 1),
+        (lambda: torch.randn(8, 4, 3).transpose(0, 2), -1),  # non-contiguous parent
+        (lambda: torch.randn(10, 6)[2:, 1:], 0),  # parent at a storage offset
+        (lambda: torch.randn(5, dtype=torch.float16), 0),  # 0-d pieces
+        (lambda: torch.randn(3, 0, 2), 2),  # empty pieces
+    ],
+)
+def test_unbind_value_without_dispatch_equals_the_dispatched_one(mode, make, dim):
+    x = mode.from_tensor(make())
+    n = _node_on([x], torch.unbind, extra_args=(dim,), as_list=False)
+    got = meta.infer(n)
+    want = _dispatched(n)
+    assert n.meta["example_value"] is got
+    assert type(got) is tuple and len(got) == len(want)
+    assert _pieces_layout(got) == _pieces_layout(want)
+    assert all(meta.storage_key(p) == meta.storage_key(x) for p in got)  # views of the parent's storage
+    with mode:  # they compute as the dispatched pieces do
+        assert _layout(got[-1] * 2) == _layout(want[-1] * 2)
+        assert _layout(torch.stack(got)) == _layout(torch.stack(want))
+
+
+def test_unbind_with_autograd_history_or_in_inference_mode_is_dispatched(mode):
+    x = mode.from_tensor(torch.randn(4, 3, requires_grad=True))
+    assert meta._unbound((x, 0), {}) is None
+    n = _node_on([x], torch.unbind, extra_args=(0,), as_list=False)
+    got = meta.infer(n)
+    assert all(p.grad_fn is not None and p.requires_grad for p in got)
+    y = mode.from_tensor(torch.randn(4, 3))
+    with torch.inference_mode():
+        assert meta._unbound((y, 0), {}) is None
+    assert meta._unbound((y, 2), {}) is None  # out of range: the dispatch raises
+    assert meta._unbound((y,), {"dim": 1}) is not None

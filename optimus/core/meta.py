@@ -10,7 +10,7 @@ import operator
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
 from torch.fx import Node
 from torch.fx.node import map_arg
 
@@ -145,7 +145,9 @@ def _derived(node: Node, args: tuple, kwargs: dict) -> Any:
       none requires grad (or grad mode is off), ``torch.empty`` of the stacked size, dtype
       and device: one dispatch.
       Same sizes, strides, dtype, device, storage offset 0 in a fresh storage, and
-      ``requires_grad``."""
+      ``requires_grad``.
+    * ``torch.unbind(x, dim)`` of a FakeTensor without autograd history: the meta
+      kernel's views of ``x``, each wrapped as a FakeTensor (:func:`_unbound`)."""
     if node.op != "call_function":
         return None
     if node.target is operator.getitem and len(args) == 2 and not kwargs:
@@ -160,7 +162,50 @@ def _derived(node: Node, args: tuple, kwargs: dict) -> Any:
         return None
     if node.target is torch.stack:
         return _stacked(args, kwargs)
+    if node.target is torch.unbind:
+        return _unbound(args, kwargs)
     return None
+
+
+def _unbound(args: tuple, kwargs: dict) -> Any:
+    """:func:`_derived`'s ``torch.unbind(x, dim)``; None where it does not apply.
+
+    Where ``x`` is a FakeTensor with static sizes, no autograd (``requires_grad`` false),
+    no constant and no real tensor behind it, outside inference mode and any other
+    dispatch mode: ``aten.unbind.int``'s meta kernel run on ``x`` as FakeTensorMode runs
+    it (``in_kernel_invocation_manager``), below the view tracking
+    (``ADInplaceOrView``), each piece wrapped as the mode wraps a view op's output on a
+    cache hit (``FakeTensor(mode, meta, device)``), without the mode's per-call dispatch
+    (cache key, common-device search, output tree walk, per-output memo: 1.0 ms instead
+    of 2.5 ms for 128 pieces of (64, 16)). Same sizes, strides, storage offsets, storage
+    (``x``'s), dtype, device and ``requires_grad`` (false) as the dispatched pieces; they
+    are not recorded as autograd views of ``x`` (``_base``), which only autograd reads."""
+    if len(args) == 1 and set(kwargs) <= {"dim"}:
+        x, dim = args[0], kwargs.get("dim", 0)
+    elif len(args) == 2 and not kwargs:
+        x, dim = args
+    else:
+        return None
+    if type(x) is not FakeTensor or type(dim) is not int or x.layout != torch.strided:
+        return None
+    mode = x.fake_mode
+    if (
+        x.requires_grad
+        or x.constant is not None
+        or x.is_quantized
+        or not x.dim()
+        or not -x.dim() <= dim < x.dim()
+        or not all(type(d) is int for d in x.shape)
+        or mode.propagate_real_tensors
+        or mode.in_kernel_invocation
+        or torch.is_inference_mode_enabled()
+        or torch._C._len_torch_dispatch_stack() > 0
+    ):
+        return None
+    with in_kernel_invocation_manager(mode), torch._C._AutoDispatchBelowADInplaceOrView():
+        pieces = torch.ops.aten.unbind.int(x, dim)
+    device = x.fake_device
+    return tuple(FakeTensor(mode, p, device) for p in pieces)
 
 
 def _stacked(args: tuple, kwargs: dict) -> Any:
