@@ -282,3 +282,24 @@ def test_observe_names_the_upstream_function_when_a_pass_outside_any_rule_raises
     err = capsys.readouterr().err
     assert "pre_grad_passes at pre_grad.py:" in err and "raised AssertionError: (no message)" in err
     assert "raise AssertionError" in err
+
+
+def test_fx_purity_is_read_once_per_target_and_per_node_for_a_higher_order_op():
+    from torch.fx import Graph
+
+    from optimus_lens.core.record import ProgramOrder, has_side_effects
+
+    g = Graph()
+    x = g.placeholder("x")
+    x.meta["example_value"] = torch.randn(3)
+    check = torch.ops.aten._assert_async.msg  # pure by its schema, a side effect to FX
+    checks = [g.call_function(check, (x, "ok")) for _ in range(2)]
+    adds = [g.call_function(torch.add, (x, 1)) for _ in range(2)]
+    order = ProgramOrder()
+    assert [order.is_effect(n) for n in (*checks, *adds)] == [True, True, False, False]
+    assert order.impure == {check: True, torch.add: False}
+    assert all(has_side_effects(n, {}) == has_side_effects(n) for n in (*checks, *adds))
+    hop = torch.ops.higher_order.auto_functionalized
+    n = g.call_function(hop, (torch.ops.aten.add.Tensor,), {})
+    order.is_effect(n)
+    assert hop not in order.impure  # its answer reads its operands, so it is not kept per target

@@ -39,10 +39,19 @@ def target_name(node: Node) -> str:
     t = node.target
     if node.op == "call_function":
         try:
-            return _get_qualified_name(t)
-        except Exception:
-            return getattr(t, "__name__", str(t))
+            return _function_name(t)
+        except TypeError:  # an unhashable target
+            return _function_name.__wrapped__(t)
     return str(t)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _function_name(t: Any) -> str:
+    """:func:`target_name` of a call_function target (a function of the target alone)."""
+    try:
+        return _get_qualified_name(t)
+    except Exception:
+        return getattr(t, "__name__", str(t))
 
 
 def _arg(a: Any) -> Any:
@@ -73,16 +82,26 @@ def _dtype(v: Any) -> str | None:
     if isinstance(v, (list, tuple)) and v:
         v = v[0]
     if isinstance(v, torch.Tensor):
-        return str(v.dtype).replace("torch.", "")
+        return _dtype_name(v.dtype)
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
 
 
 def _device(v: Any) -> str | None:
     if isinstance(v, (list, tuple)) and v:
         v = v[0]
     if isinstance(v, torch.Tensor):
-        return str(v.device)
+        return _device_name(v.device)
     return None
+
+
+@functools.lru_cache(maxsize=64)
+def _device_name(device: torch.device) -> str:
+    return str(device)
 
 
 def module_path(node: Node) -> tuple[str | None, str | None]:
@@ -176,7 +195,7 @@ def _op_module(target: Any) -> str | None:
 _KNOWN_MODULES = ("torch", "operator", "_operator", "math", "builtins", "functools")
 
 
-def has_side_effects(node: Node) -> bool:
+def has_side_effects(node: Node, impure: dict | None = None) -> bool:
     """True when ``node``'s place in program order matters beyond its data edges: it writes
     into an input (a mutable schema: ``aten.mul_.Tensor``, a custom op declared with
     ``mutates_args``; ``x.add_()``, ``inplace=True``, ``out=``: :func:`optimus_lens.core.effects.has_side_effects`),
@@ -185,22 +204,44 @@ def has_side_effects(node: Node) -> bool:
     call whose effects are unknown (a module call, a plain Python function from outside
     torch). FX's own purity test (``Node.is_impure``, which reads the op's schema) decides
     for ops. Placeholders, ``get_attr`` and the output are not side effects here (the
-    rebuilt graph places them first and last anyway)."""
+    rebuilt graph places them first and last anyway). ``impure``: a per-target memo of
+    FX's test (the caller's, for one graph's recording), used where FX reads the target
+    alone (every target but a higher-order op, whose operands it reads)."""
     if node.op in ("placeholder", "output", "get_attr", "root"):
         return False
     if effects.has_side_effects(node):  # writes, state, random numbers, or unknown (a module call)
         return True
     if node.op != "call_function":
         return False
-    try:
-        if node.is_impure():
-            return True
-    except Exception:  # noqa: BLE001 - a target FX cannot judge is judged below
-        pass
+    if _fx_impure(node, impure):
+        return True
     t = node.target
     if isinstance(t, types.FunctionType):
         return (getattr(t, "__module__", None) or "").split(".")[0] not in _KNOWN_MODULES
     return False
+
+
+def _fx_impure(node: Node, memo: dict | None) -> bool:
+    """FX's ``Node.is_impure()`` of a call_function node (False where it raises),
+    memoised per target in ``memo`` (when given) for every target but a higher-order op:
+    for the others ``torch._library.utils.is_impure`` reads the target alone (its schema,
+    effect registration, random tag)."""
+    t = node.target
+    key = None if memo is None or isinstance(t, torch._ops.HigherOrderOperator) else t
+    if key is not None:
+        try:
+            hit = memo.get(key)
+        except TypeError:  # an unhashable target
+            key, hit = None, None
+        if hit is not None:
+            return hit
+    try:
+        got = bool(node.is_impure())
+    except Exception:  # noqa: BLE001 - a target FX cannot judge is judged by the caller
+        got = False
+    if key is not None:
+        memo[key] = got
+    return got
 
 
 class ProgramOrder:
@@ -215,11 +256,12 @@ class ProgramOrder:
         self.after: dict[Node, str | None] = {}
         self.effect: dict[Node, bool] = {}
         self.count = 0  # nodes with side effects, as of the last scan or change
+        self.impure: dict = {}  # target -> FX's purity test (see has_side_effects)
 
     def is_effect(self, n: Node) -> bool:
         hit = self.effect.get(n)
         if hit is None:
-            hit = self.effect[n] = has_side_effects(n)
+            hit = self.effect[n] = has_side_effects(n, self.impure)
         return hit
 
     def scan(self, graph: Graph) -> list[Node]:
