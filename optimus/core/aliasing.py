@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import bisect
 import operator
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -44,11 +43,12 @@ from torch.fx import Graph, Node
 
 from optimus_lens.core import meta
 from optimus_lens.core.effects import PURE, NodeEffect, effect, is_plain
+from optimus_lens.core.memo import keep, kept
 from optimus_lens.core.meta import storage_key, storages
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.strides import reads_offset
 
-_GRAPHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Graph -> GraphEffects
+_EFFECTS = "_optimus_effects"  # the GraphEffects kept on a graph (core.memo.keep)
 
 
 class GraphEffects:
@@ -294,16 +294,16 @@ def _classify(n: Node) -> tuple[NodeEffect, bool]:
 
 def analysis(graph: Graph) -> GraphEffects:
     """The current :class:`GraphEffects` of ``graph`` (created on first use)."""
-    ge = _GRAPHS.get(graph)
+    ge = kept(graph, _EFFECTS)
     if ge is None:
-        ge = _GRAPHS[graph] = GraphEffects(graph)
+        ge = keep(graph, _EFFECTS, GraphEffects(graph))
     return ge.refresh()
 
 
 def touch(graph: Graph, nodes: Iterable[Node]) -> None:
     """Tell the analysis of ``graph`` that ``nodes`` were created, erased or changed (the
     Rewriter calls this for every change it makes)."""
-    ge = _GRAPHS.get(graph)
+    ge = kept(graph, _EFFECTS)
     if ge is None:
         return
     if ge.pending is not None:
@@ -314,7 +314,7 @@ def touch(graph: Graph, nodes: Iterable[Node]) -> None:
 
 def forget(graph: Graph) -> None:
     """Drop the cached analysis of ``graph`` (the next query rescans it)."""
-    ge = _GRAPHS.get(graph)
+    ge = kept(graph, _EFFECTS)
     if ge is not None:
         ge.pending, ge.tables = None, None
 
@@ -322,7 +322,7 @@ def forget(graph: Graph) -> None:
 def use_positions(graph: Graph, positions: Mapping[Node, int] | None) -> None:
     """Read program order from ``positions`` (the engine's ``GraphIndex.pos``, kept
     current step by step) instead of numbering the graph at each change."""
-    ge = _GRAPHS.get(graph) or analysis(graph)
+    ge = kept(graph, _EFFECTS) or analysis(graph)
     ge.positions = positions
     ge.tables = None
 
@@ -398,7 +398,7 @@ def state_before(graph: Graph, node: Node) -> Iterator[None]:
     computes there (bf16, not fp32). Does nothing in a graph without state changes (reads
     the graph's analysis, changed nodes only, so costs O(nodes changed) per call; ``node``
     itself, which has no example value yet, is read at the next query)."""
-    ge = _GRAPHS.get(graph)
+    ge = kept(graph, _EFFECTS)
     ge = analysis(graph) if ge is None else ge.refresh(later=node)
     t = None
     if any(e.state for e in ge.effectful.values()):

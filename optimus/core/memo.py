@@ -1,4 +1,5 @@
-"""Memo tables for a block in which the graph does not change.
+"""Memo tables for a block in which the graph does not change, and per-graph state kept
+on the graph itself.
 
 A pattern's ``key`` / ``match`` (and the effect queries they make,
 :func:`optimus_lens.core.effects.is_written`) may memoise graph-wide facts while the graph
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 _UNCHANGED: dict[str, dict] | None = None  # memo tables, only inside graph_unchanged()
 
@@ -37,3 +39,19 @@ def unchanged_memo(name: str) -> dict | None:
     if _UNCHANGED is None:
         return None
     return _UNCHANGED.setdefault(name, {})
+
+
+def kept(graph: Any, name: str) -> Any:
+    """What :func:`keep` stored on ``graph`` under ``name``, or None. It lives in the graph's
+    own ``__dict__``, so it is freed with the graph: a module-level table keyed by the graph,
+    even a weak one, keeps every graph alive through a value that refers to it (its nodes).
+    A shallow copy of the graph (``copy.copy``, which copies the ``__dict__``) does not read
+    the original's."""
+    hit = graph.__dict__.get(name)
+    return hit[1] if hit is not None and hit[0] is graph else None
+
+
+def keep(graph: Any, name: str, value: Any) -> Any:
+    """Store ``value`` on ``graph`` under ``name`` (see :func:`kept`); returns it."""
+    graph.__dict__[name] = (graph, value)
+    return value

@@ -12,7 +12,6 @@ input a step replaced (their example values still lie in the old input's storage
 from __future__ import annotations
 
 import heapq
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +20,7 @@ from torch.fx import Node
 
 from optimus_lens.core import aliasing, meta
 from optimus_lens.core.effects import effect, returns_input
+from optimus_lens.core.memo import keep, kept
 from optimus_lens.core.miss import Miss
 
 
@@ -93,7 +93,7 @@ def _by_storage(spans: list[Any]) -> dict[Any, list[tuple[int, Any]]]:
     return got
 
 
-_SPANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (placeholders, values, spans)
+_SPANS = "_optimus_placeholder_spans"  # (placeholders, values, spans) kept on a graph (core.memo.keep)
 
 
 def placeholder_spans(graph) -> list[Any]:
@@ -103,7 +103,7 @@ def placeholder_spans(graph) -> list[Any]:
     nodes has ~10k)."""
     ps = _placeholders(graph)
     values = [meta.value(p) for p in ps]
-    got = _SPANS.get(graph)
+    got = kept(graph, _SPANS)
     if (
         got is not None
         and len(got[0]) == len(ps)
@@ -112,7 +112,7 @@ def placeholder_spans(graph) -> list[Any]:
     ):
         return got[2]
     spans = [_placeholder_span(v) for v in values]
-    _SPANS[graph] = (ps, values, spans)
+    keep(graph, _SPANS, (ps, values, spans))
     return spans
 
 

@@ -16,7 +16,6 @@ import os
 import re
 import sys
 import types
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,6 +26,7 @@ from torch.fx.node import _get_qualified_name
 
 from optimus_lens.core import effects, meta
 from optimus_lens.core.hooks import node_hooks
+from optimus_lens.core.memo import keep, kept
 from optimus_lens.core.rewriter import Listener
 from optimus_lens.core.trace import Delta, GraphSnapshot, NodeRecord, source_of
 
@@ -304,14 +304,14 @@ class ProgramOrder:
         return flipped + self.scan(graph)
 
 
-_ORDERS: weakref.WeakKeyDictionary[Graph, ProgramOrder] = weakref.WeakKeyDictionary()
+_ORDER = "_optimus_program_order"  # the ProgramOrder kept on a graph (core.memo.keep)
 
 
 def program_order(graph: Graph) -> ProgramOrder:
     """The :class:`ProgramOrder` kept for ``graph`` (scanned when first asked for)."""
-    order = _ORDERS.get(graph)
+    order = kept(graph, _ORDER)
     if order is None:
-        order = _ORDERS[graph] = ProgramOrder()
+        order = keep(graph, _ORDER, ProgramOrder())
         order.scan(graph)
     return order
 
@@ -350,7 +350,7 @@ def node_record(node: Node, order: ProgramOrder | None = None) -> NodeRecord:
 def snapshot_graph(graph: Graph) -> GraphSnapshot:
     """The whole graph as a GraphSnapshot (O(nodes)); starts keeping ``graph``'s program
     order (:class:`ProgramOrder`) for the deltas of later steps."""
-    order = _ORDERS[graph] = ProgramOrder()
+    order = keep(graph, _ORDER, ProgramOrder())
     order.scan(graph)
     return GraphSnapshot(node_record(n, order) for n in graph.nodes)
 
@@ -393,14 +393,14 @@ class Recording:
         removed = [n.name for n in self.erased if id(n) not in created_ids]
         touched = self.touched()
         graph = next((n.graph for n in (*touched, *self.erased)), None)
-        if graph is not None and graph in _ORDERS:
+        order = kept(graph, _ORDER) if graph is not None else None
+        if order is not None:
             seen = {id(n) for n in touched}
             created = self.created_alive()
-            for n in _ORDERS[graph].changed(graph, created, self.erased, touched):
+            for n in order.changed(graph, created, self.erased, touched):
                 if id(n) not in seen and not n._erased:
                     seen.add(id(n))
                     touched.append(n)
-        order = _ORDERS.get(graph) if graph is not None else None
         return Delta(upsert=[node_record(n, order) for n in touched], remove=removed)
 
 
