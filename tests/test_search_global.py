@@ -255,3 +255,41 @@ def test_cli_run_search_upstream_keeps_upstreams_bounded_search(capsys):
     assert "batch_linear: 3" in capsys.readouterr().out
     assert main(["run", "sample:twin_towers", "--verify", "off", "--search", "upstream"]) == 0
     assert "batch_linear:" not in capsys.readouterr().out
+
+
+class SharedAndOwnInputs(nn.Module):
+    """q, k, v read one input (a batch_linear_lhs group); each tower's linear reads its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(8, 8) for _ in range(3))
+        self.towers = nn.ModuleList(nn.Linear(4, 4) for _ in range(4))
+
+    def forward(self, x, ys):
+        t = [f(y) for f, y in zip(self.towers, ys.unbind(0))]
+        return self.q(x) + self.k(x) + self.v(x), torch.stack(t)
+
+
+def test_the_global_search_keys_only_nodes_whose_group_hint_is_shared(monkeypatch):
+    torch.manual_seed(0)
+    model, inputs = SharedAndOwnInputs().eval(), (torch.randn(2, 8), torch.randn(4, 3, 4))
+    lhs = type(REGISTRY["batch_linear_lhs"])
+    keyed: list[str] = []
+    key = lhs.key
+
+    def counting(self, node):
+        keyed.append(node.name)
+        return key(self, node)
+
+    monkeypatch.setattr(lhs, "key", counting)
+    with_hints, names = _run(model, inputs)
+    hinted = sorted(keyed)
+    keyed.clear()
+    monkeypatch.setattr(lhs, "hints", lambda self: False)
+    without, _ = _run(model, inputs)
+    assert _groups(with_hints.trace, "batch_linear_lhs", names) == [["q", "k", "v"]]
+    assert [(s.pattern, s.sites) for s in with_hints.trace.steps] == [(s.pattern, s.sites) for s in without.trace.steps]
+    assert with_hints.engine.gm.code == without.engine.gm.code
+    assert sorted(module_path(names[n])[0] for n in set(hinted)) == ["k", "q", "v"]
+    # without hints: the towers' 4 linears and the fused one are keyed too
+    assert len(set(keyed)) == 8 and set(hinted) < set(keyed)

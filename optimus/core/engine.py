@@ -277,6 +277,8 @@ class Engine:
                 if everyone is None:
                     everyone = [n for n in self.gm.graph.nodes if n.users]
                 nodes = everyone
+            if opts.search != "upstream":
+                nodes = self._hinted(pattern, nodes, opts, p)
             with graph_unchanged():
                 for n in nodes:
                     self._key(pattern, cache, n, p)
@@ -289,6 +291,25 @@ class Engine:
             self._batch[pattern] = BatchState(
                 cache, dirty, CandidateSearch(cache.__getitem__, opts.max_fuse_search_depth), opts
             )
+
+    def _hinted(self, pattern: BatchPattern, nodes: list[Node], opts: SearchOptions, p: Pass) -> list[Node]:
+        """``nodes`` less those whose :meth:`~optimus_lens.core.pattern.BatchPattern.group_hint`
+        fewer than ``min_fuse_set_size`` live nodes of ``nodes`` share: no key class of the
+        global search can hold them (members share their hint), so they need no key."""
+        if not pattern.hints():
+            return nodes
+        hints: list = []
+        counts: dict = {}
+        for n in nodes:
+            try:
+                h = None if n._erased else pattern.group_hint(n)
+            except Exception as e:  # noqa: BLE001
+                raise PatternError(p.name, pattern.name, [n.name], e) from e
+            hints.append(h)
+            if h is not None:
+                counts[h] = counts.get(h, 0) + 1
+        least = opts.min_fuse_set_size
+        return [n for n, h in zip(nodes, hints) if h is None or counts[h] >= least]
 
     def _keyer(self, pattern: BatchPattern) -> Callable[[Node], object]:
         """``pattern.key``, except for nodes where a step of the pattern was rolled back."""
@@ -317,6 +338,7 @@ class Engine:
         nodes = self._anchored(pattern.anchors) if pattern.anchors else list(self.gm.graph.nodes)
         t_match = time.perf_counter()
         with graph_unchanged():
+            nodes = self._hinted(pattern, nodes, opts, p)
             todo = key_classes(nodes, lambda n: self._key(pattern, cache, n, p), self.index, opts)
         skipped: set[Node] = set()  # members of groups the profit estimate refused
         for k, members in todo:

@@ -106,6 +106,12 @@ class BatchPattern(Pattern):
     ``anchors`` (targets, or method names for call_method) are the only targets whose
     nodes ``key`` may give a group; the engine then keys just those nodes at the start of
     a pass (O(candidates), not O(nodes)). Empty means every node may have a key.
+
+    ``group_hint(node)``, optional, is a cheap identity that every member of a group
+    shares (two nodes with different hints never have equal keys; None: no hint). The
+    global search then keys only the nodes whose hint at least ``min_fuse_set_size``
+    live nodes share: the same classes, without the legality checks of ``key`` for
+    nodes no group can hold (each tower's linear reads its own input).
     """
 
     kind = "batch"
@@ -117,6 +123,14 @@ class BatchPattern(Pattern):
 
     def key(self, node: Node) -> Hashable | Miss:
         raise NotImplementedError
+
+    def group_hint(self, node: Node) -> Hashable | None:
+        """See the class docstring; this default gives none (every anchored node is keyed)."""
+        return None
+
+    def hints(self) -> bool:
+        """Whether this pattern gives hints (overrides :meth:`group_hint`)."""
+        return type(self).group_hint is not BatchPattern.group_hint
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         raise NotImplementedError

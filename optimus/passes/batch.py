@@ -163,6 +163,12 @@ class BatchLinearLHS(BatchPattern):
         "members do not depend on each other",
     )
 
+    def group_hint(self, node: Node):
+        """The value the linear reads (its key's ``value_id``), or None for a node that is
+        not a linear this pattern reads (keyed, to say why)."""
+        o = linear_operands(node)
+        return None if isinstance(o, Miss) else value_id(o.x)
+
     def key(self, node: Node):
         o = linear_operands(node)
         if isinstance(o, Miss):
