@@ -6,6 +6,7 @@ them for split/unbind); AOT nodes carry ``meta["val"]``. Everything here reads e
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any
 
@@ -55,7 +56,14 @@ def signature(node: Any) -> tuple | None:
     t = tensor(node)
     if t is None:
         return None
-    return (tuple(d if type(d) is int else str(d) for d in t.shape), t.dtype, str(t.device))
+    if t._has_symbolic_sizes_strides:
+        return (tuple(d if type(d) is int else str(d) for d in t.shape), t.dtype, _device_text(t.device))
+    return (tuple(t.shape), t.dtype, _device_text(t.device))
+
+
+@functools.lru_cache(maxsize=64)
+def _device_text(device: torch.device) -> str:
+    return str(device)
 
 
 def value_key(node: Node) -> str:
