@@ -115,13 +115,14 @@ class BatchState:
 
 class IndexListener(RecordingListener):
     """The engine's indexes as a Rewriter listener: it collects one step's changes as they
-    are made and, when the step commits, updates the ``GraphIndex`` numberings, the
-    target index, the passes' key caches and the dirty roots (:meth:`Engine._note_change`).
+    are made (into ``rec``, the step's record, when given) and, when the step commits,
+    updates the ``GraphIndex`` numberings, the target index, the passes' key caches and
+    the dirty roots (:meth:`Engine._note_change`).
     A rolled-back step leaves the indexes untouched (the buffer is dropped), so they never
     see a change that did not happen."""
 
-    def __init__(self, engine: Engine):
-        super().__init__(Recording())
+    def __init__(self, engine: Engine, rec: Recording | None = None):
+        super().__init__(Recording() if rec is None else rec)
         self.engine = engine
 
     def commit(self) -> list[Node]:
@@ -437,10 +438,10 @@ class Engine:
         (:meth:`_failed`). Then update the indexes and verify."""
         site_names = [n.name for n in site]
         t0 = time.perf_counter()
-        rec = Recording()
+        rec = Recording()  # the step's record, which the indexes read when it commits
         check, safe = LayoutCheck(), StepCheck(self.index.pos)
-        indexes = IndexListener(self)
-        rw = Rewriter(self.gm.graph, [RecordingListener(rec), check, safe, indexes], level=self.index.level)
+        indexes = IndexListener(self, rec)
+        rw = Rewriter(self.gm.graph, [indexes, check, safe], level=self.index.level)
         try:
             with rw.guarding(self.gm):
                 do(rw)
