@@ -281,7 +281,9 @@ def _classify(n: Node) -> tuple[NodeEffect, bool]:
         src = n.args[0] if n.args else None
         if not isinstance(src, Node):
             return PURE, False
-        return effect(n), not (_atoms(src) & _atoms(n))
+        if _atoms(src) & _atoms(n):  # the storages show the edge: nothing to keep (a getitem
+            return PURE, False  # never writes, changes state or draws random numbers)
+        return effect(n), True
     e = effect(n)
     if not e.aliases:
         return e, False
