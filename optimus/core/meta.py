@@ -175,6 +175,16 @@ def _derived(node: Node, args: tuple, kwargs: dict) -> Any:
     return None
 
 
+def _operand_and_dim(args: tuple, kwargs: dict) -> tuple[Any, Any] | None:
+    """``(x, dim)`` of a call written ``f(x)``, ``f(x, dim)`` or ``f(x, dim=d)`` (dim 0
+    when absent), or None for any other argument list."""
+    if len(args) == 1 and set(kwargs) <= {"dim"}:
+        return args[0], kwargs.get("dim", 0)
+    if len(args) == 2 and not kwargs:
+        return args[0], args[1]
+    return None
+
+
 def _unbound(args: tuple, kwargs: dict) -> Any:
     """:func:`_derived`'s ``torch.unbind(x, dim)``; None where it does not apply.
 
@@ -188,12 +198,10 @@ def _unbound(args: tuple, kwargs: dict) -> Any:
     of 2.5 ms for 128 pieces of (64, 16)). Same sizes, strides, storage offsets, storage
     (``x``'s), dtype, device and ``requires_grad`` (false) as the dispatched pieces; they
     are not recorded as autograd views of ``x`` (``_base``), which only autograd reads."""
-    if len(args) == 1 and set(kwargs) <= {"dim"}:
-        x, dim = args[0], kwargs.get("dim", 0)
-    elif len(args) == 2 and not kwargs:
-        x, dim = args
-    else:
+    got = _operand_and_dim(args, kwargs)
+    if got is None:
         return None
+    x, dim = got
     if type(x) is not FakeTensor or type(dim) is not int or x.layout != torch.strided:
         return None
     mode = x.fake_mode
@@ -218,12 +226,10 @@ def _unbound(args: tuple, kwargs: dict) -> Any:
 
 def _stacked(args: tuple, kwargs: dict) -> Any:
     """:func:`_derived`'s ``torch.stack``; None where it does not apply."""
-    if len(args) == 1 and set(kwargs) <= {"dim"}:
-        xs, dim = args[0], kwargs.get("dim", 0)
-    elif len(args) == 2 and not kwargs:
-        xs, dim = args
-    else:
+    got = _operand_and_dim(args, kwargs)
+    if got is None:
         return None
+    xs, dim = got
     if not isinstance(xs, (list, tuple)) or len(xs) < 2 or type(dim) is not int:
         return None
     first = xs[0]
