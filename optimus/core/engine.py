@@ -115,14 +115,14 @@ class BatchState:
 
 class IndexListener(RecordingListener):
     """The engine's indexes as a Rewriter listener: it collects one step's changes as they
-    are made (into ``rec``, the step's record, when given) and, when the step commits,
+    are made (into ``rec``, the step's record) and, when the step commits,
     updates the ``GraphIndex`` numberings, the target index, the passes' key caches and
     the dirty roots (:meth:`Engine._note_change`).
     A rolled-back step leaves the indexes untouched (the buffer is dropped), so they never
     see a change that did not happen."""
 
-    def __init__(self, engine: Engine, rec: Recording | None = None):
-        super().__init__(Recording() if rec is None else rec)
+    def __init__(self, engine: Engine, rec: Recording):
+        super().__init__(rec)
         self.engine = engine
 
     def commit(self) -> list[Node]:

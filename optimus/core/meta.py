@@ -57,12 +57,13 @@ def signature(node: Any) -> tuple | None:
     if t is None:
         return None
     if t._has_symbolic_sizes_strides:
-        return (tuple(d if type(d) is int else str(d) for d in t.shape), t.dtype, _device_text(t.device))
-    return (tuple(t.shape), t.dtype, _device_text(t.device))
+        return (tuple(d if type(d) is int else str(d) for d in t.shape), t.dtype, device_text(t.device))
+    return (tuple(t.shape), t.dtype, device_text(t.device))
 
 
 @functools.lru_cache(maxsize=64)
-def _device_text(device: torch.device) -> str:
+def device_text(device: torch.device) -> str:
+    """``str(device)`` (``"cpu"``, ``"cuda:0"``), made once per device."""
     return str(device)
 
 
@@ -211,7 +212,7 @@ def _unbound(args: tuple, kwargs: dict) -> Any:
         or x.is_quantized
         or not x.dim()
         or not -x.dim() <= dim < x.dim()
-        or not all(type(d) is int for d in x.shape)
+        or x._has_symbolic_sizes_strides
         or mode.propagate_real_tensors
         or mode.in_kernel_invocation
         or torch.is_inference_mode_enabled()

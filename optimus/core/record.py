@@ -95,13 +95,8 @@ def _device(v: Any) -> str | None:
     if isinstance(v, (list, tuple)) and v:
         v = v[0]
     if isinstance(v, torch.Tensor):
-        return _device_name(v.device)
+        return meta.device_text(v.device)
     return None
-
-
-@functools.lru_cache(maxsize=64)
-def _device_name(device: torch.device) -> str:
-    return str(device)
 
 
 def module_path(node: Node) -> tuple[str | None, str | None]:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.aliasing import analysis, is_written, offset_readers, signature
+from optimus_lens.core.aliasing import is_written, offset_readers, signature
 from optimus_lens.core.effects import effect, writes_inputs
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.rewriter import Rewriter
@@ -142,13 +142,7 @@ def fusion_key(node: Node, key: tuple) -> tuple | Miss:
     ``autocast`` blocks) or random ops, the member's place among them is added
     (:func:`optimus_lens.core.aliasing.signature`: its region and the write epoch of each
     written alias class it reads), so a group never spans a region boundary or mixes
-    reads from both sides of a write; in a graph without effects the key is ``key``.
-    In a graph where no node writes, changes state, draws random numbers or reads a
-    storage offset (the analysis read once), only the layout and aliased-output checks
-    can refuse ``node`` and the key is ``key``: the same answer as the general path."""
-    ge = analysis(node.graph)
-    if ge.quiet and not ge.offset_readers:
-        return fresh_output_miss(node) or _aliased_output_miss(node) or key
+    reads from both sides of a write; in a graph without effects the key is ``key``."""
     miss = fusion_miss(node)
     if miss:
         return miss
