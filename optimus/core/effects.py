@@ -298,6 +298,8 @@ def _same_layout(x: Any, y: Any) -> bool:
         if not isinstance(y, torch.Tensor) or x.dtype is not y.dtype or x.device != y.device:
             return False
         try:
+            if not (x._has_symbolic_sizes_strides or y._has_symbolic_sizes_strides):  # plain ints
+                return x.shape == y.shape and x.stride() == y.stride()
             sx, sy, tx, ty = tuple(x.shape), tuple(y.shape), x.stride(), y.stride()
         except Exception:  # noqa: BLE001 - a tensor without strides
             return False

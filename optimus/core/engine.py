@@ -553,7 +553,7 @@ class Engine:
         changed = dict.fromkeys(created)
         changed.update(dict.fromkeys(rewired))
         for n in (*created, *rewired):
-            changed.update(dict.fromkeys(n.all_input_nodes))
+            changed.update(n._input_nodes)  # FX's dict of the node's inputs (values None)
         changed.update(dict.fromkeys(n for n in (*rec.erased_inputs, *rec.rewired_from) if not n._erased))
         for state in self._batch.values():
             state.cache.forget(changed)

@@ -162,13 +162,13 @@ class GraphIndex:
         level = self.level
         while stack:
             m = stack[-1]
-            missing = [i for i in m.all_input_nodes if i not in level]
+            missing = [i for i in m._input_nodes if i not in level]
             if missing:
                 stack.extend(missing)
                 continue
             stack.pop()
             if m not in level:
-                level[m] = max((level[i] for i in m.all_input_nodes), default=-1) + 1
+                level[m] = max((level[i] for i in m._input_nodes), default=-1) + 1
 
     def repair(self, nodes: Iterable[Node], block: bool = False) -> int:
         """Restore a topological list order and the level invariant after a step.
@@ -454,7 +454,7 @@ def find_cycle(changed: list[Node], level: dict | None) -> list[Node] | None:
         if start in state:
             continue
         state[start] = 1
-        stack: list[tuple[Node, Iterator[Node]]] = [(start, iter(start.all_input_nodes))]
+        stack: list[tuple[Node, Iterator[Node]]] = [(start, iter(start._input_nodes))]  # FX's dict of inputs
         while stack:
             n, it = stack[-1]
             nxt = next(it, None)
@@ -471,5 +471,5 @@ def find_cycle(changed: list[Node], level: dict | None) -> list[Node] | None:
             if floor is not None and level is not None and nxt not in cset and nxt in level and level[nxt] < floor:
                 continue
             state[nxt] = 1
-            stack.append((nxt, iter(nxt.all_input_nodes)))
+            stack.append((nxt, iter(nxt._input_nodes)))
     return None

@@ -222,8 +222,12 @@ def value_signature(ev: Any) -> Any:
     a tuple; a number by its value; anything else by its type. Raises ValueError for a
     symbolic size without hint."""
     if isinstance(ev, torch.Tensor):
+        if not ev._has_symbolic_sizes_strides:  # the common, static case: plain ints
+            off = ev.storage_offset()
+            if type(off) is int:
+                return ("t", tuple(ev.shape), ev.stride(), off, ev.dtype, meta.device_text(ev.device))
         size, stride, off = tuple(ev.shape), ev.stride(), ev.storage_offset()
-        if all(type(x) is int for x in (*size, *stride, off)):  # the common, static case
+        if all(type(x) is int for x in (*size, *stride, off)):
             return ("t", size, stride, off, ev.dtype, str(ev.device))
         return (
             "t",

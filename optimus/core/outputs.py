@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.fx import Node
@@ -36,22 +36,30 @@ def eager_tensor(n: Any) -> torch.Tensor | None:
 def output_overlaps(
     values: list[Any],
     graph,
-    spans_in: list[Any] | None = None,
+    spans_in: list[Any] | InputSpans | None = None,
     moved: Mapping[Node, Mapping[Node, Node]] | None = None,
     subst: Mapping[Node, Node] | None = None,
 ) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
     """For each graph output value (a node or a constant): the placeholders (by index)
     and the other outputs whose memory it overlaps, from example values (storage spans);
     None when a span cannot be read (symbolic sizes without hints). ``spans_in``: the
-    placeholders' spans (:func:`placeholder_spans`) when the caller has them. ``moved`` and
+    placeholders' spans when the caller has them, as :func:`input_spans` (read per storage
+    an output lies in) or as the list :func:`placeholder_spans` gives. ``moved`` and
     ``subst`` describe a step whose views still carry the values of what they viewed
     before it (:func:`live_span`)."""
+    inputs = spans_in if isinstance(spans_in, InputSpans) else None
     if spans_in is None:
-        spans_in = placeholder_spans(graph)
+        inputs = input_spans(graph)
     spans_out = [live_span(v, moved or {}, subst or {}) for v in values]
-    if any(s is False for s in spans_in + spans_out):
+    if any(s is False for s in spans_out):
         return None
-    ins_of, outs_of = _by_storage(spans_in), _by_storage(spans_out)  # O(n) for distinct storages
+    if inputs is None:
+        if any(s is False for s in cast(list, spans_in)):
+            return None
+        inputs = InputSpans.of_spans(cast(list, spans_in))
+    elif inputs.unreadable:
+        return None
+    outs_of = _by_storage(spans_out)  # O(n) for distinct storages
     others_of: dict[int, list[int]] = {}
     for group in outs_of.values():
         if len(group) > 1:
@@ -61,7 +69,10 @@ def output_overlaps(
         if s is None:
             out.append(((), ()))
             continue
-        ins = tuple(j for j, t in ins_of.get(s[0], ()) if _overlap(s, t))
+        group = inputs.sharing(s[0])
+        if group is None:  # an input of this storage has a span that cannot be read
+            return None
+        ins = tuple(j for j, t in group if _overlap(s, t))
         out.append((ins, tuple(sorted(others_of.get(i, ())))))
     return out
 
@@ -113,6 +124,68 @@ def placeholder_spans(graph) -> list[Any]:
         return got[2]
     spans = [_placeholder_span(v) for v in values]
     keep(graph, _SPANS, (ps, values, spans))
+    return spans
+
+
+_INPUTS = "_optimus_input_spans"  # (placeholders, values, InputSpans) kept on a graph (core.memo.keep)
+
+
+class InputSpans:
+    """The placeholders' storage spans (:func:`placeholder_spans`) by storage, each
+    storage's read when an output of it is asked about (:meth:`sharing`): most inputs (a
+    model's parameters) share a storage with no output, so their spans are never needed.
+    ``unreadable``: some input's span cannot be read (no storage; symbolic sizes without
+    hints), so overlaps cannot be decided (:func:`output_overlaps` answers None)."""
+
+    def __init__(self, values: list[Any]):
+        self.unreadable = False
+        self._values: dict[Any, list[tuple[int, Any]]] = {}  # storage key -> (placeholder index, value)
+        self._spans: dict[Any, list[tuple[int, Any]] | None] = {}
+        for j, v in enumerate(values):
+            if not isinstance(v, torch.Tensor):
+                continue
+            k = meta.storage_key(v)  # the key of its span (aliasing.storage_span)
+            if k is None or v._has_symbolic_sizes_strides and _placeholder_span(v) is False:
+                self.unreadable = True
+                continue
+            self._values.setdefault(k, []).append((j, v))
+
+    @classmethod
+    def of_spans(cls, spans: list[Any]) -> InputSpans:
+        """The same, from spans already read (:func:`placeholder_spans`; none ``False``)."""
+        got = cls([])
+        for k, group in _by_storage(spans).items():
+            got._spans[k] = group
+        return got
+
+    def sharing(self, key: Any) -> list[tuple[int, Any]] | None:
+        """(placeholder index, span) of every input in storage ``key``, in placeholder
+        order; None (and ``unreadable`` set) when one of their spans cannot be read."""
+        got = self._spans.get(key, _UNSEEN)
+        if got is _UNSEEN:
+            got = [(j, _placeholder_span(v)) for j, v in self._values.get(key, ())]
+            if any(t is False for _, t in got):
+                self.unreadable, got = True, None
+            self._spans[key] = got
+        return cast(Any, got)
+
+
+def input_spans(graph) -> InputSpans:
+    """:class:`InputSpans` of ``graph``'s placeholders, kept per graph while its
+    placeholders and their example values stay the same objects (see
+    :func:`placeholder_spans`)."""
+    ps = _placeholders(graph)
+    values = [meta.value(p) for p in ps]
+    got = kept(graph, _INPUTS)
+    if (
+        got is not None
+        and len(got[0]) == len(ps)
+        and all(a is b for a, b in zip(got[0], ps))
+        and all(a is b for a, b in zip(got[1], values))
+    ):
+        return got[2]
+    spans = InputSpans(values)
+    keep(graph, _INPUTS, (ps, values, spans))
     return spans
 
 
@@ -269,7 +342,7 @@ def outputs_miss(
     b, a = _flat_outputs(before), _flat_outputs(after)
     if len(a) != len(b):
         return None
-    spans_in = placeholder_spans(graph)  # once for both (a graph at 21k nodes has ~10k placeholders)
+    spans_in = input_spans(graph)  # once for both (a graph at 21k nodes has ~10k placeholders)
     _SPAN_MEMO.append({})  # both sides read the same graph: each node's span once
     try:
         ob, oa = output_overlaps(b, graph, spans_in), output_overlaps(a, graph, spans_in, moved, subst)

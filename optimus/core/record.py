@@ -12,6 +12,7 @@ takes in every user of a created node (upstream rewrites sometimes assign ``node
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import re
 import sys
@@ -97,6 +98,24 @@ def _device(v: Any) -> str | None:
     if isinstance(v, torch.Tensor):
         return meta.device_text(v.device)
     return None
+
+
+def _value_parts(v: Any) -> tuple[Any, str | None, Any, str | None]:
+    """(shape, dtype, stride, device) of an example value as a NodeRecord holds them
+    (:func:`_shape`, :func:`_dtype`, :func:`optimus_lens.core.meta.strides`,
+    :func:`_device`), read in one go for a tensor with static sizes and strides, the
+    common case (every record of a snapshot and of each step's delta reads them)."""
+    if isinstance(v, torch.Tensor) and not v._has_symbolic_sizes_strides:
+        return list(v.shape), _dtype_name(v.dtype), list(v.stride()), meta.device_text(v.device)
+    if (
+        isinstance(v, (list, tuple))
+        and v
+        and all(isinstance(x, torch.Tensor) and not x._has_symbolic_sizes_strides for x in v)
+    ):  # the pieces of a split or unbind
+        first = v[0]
+        shapes, strides = [list(x.shape) for x in v], [list(x.stride()) for x in v]
+        return shapes, _dtype_name(first.dtype), strides, meta.device_text(first.device)
+    return _shape(v), _dtype(v), meta.strides(v), _device(v)
 
 
 def module_path(node: Node) -> tuple[str | None, str | None]:
@@ -204,6 +223,8 @@ def has_side_effects(node: Node, impure: dict | None = None) -> bool:
     alone (every target but a higher-order op, whose operands it reads)."""
     if node.op in ("placeholder", "output", "get_attr", "root"):
         return False
+    if node.op == "call_function" and node.target is operator.getitem:  # a view of what it indexes:
+        return False  # no write, state or random number, and FX calls it pure
     if effects.has_side_effects(node):  # writes, state, random numbers, or unknown (a module call)
         return True
     if node.op != "call_function":
@@ -314,7 +335,7 @@ def program_order(graph: Graph) -> ProgramOrder:
 def node_record(node: Node, order: ProgramOrder | None = None) -> NodeRecord:
     """One live FX node as a plain NodeRecord (see :class:`optimus_lens.core.trace.NodeRecord`);
     ``order`` is its graph's :class:`ProgramOrder` (looked up when not given)."""
-    v = meta.value(node)
+    shape, dtype, stride, device = _value_parts(meta.value(node))
     mod, mod_type = module_path(node)
     if order is None:
         order = program_order(node.graph)
@@ -325,15 +346,15 @@ def node_record(node: Node, order: ProgramOrder | None = None) -> NodeRecord:
         op=node.op,
         target=target_name(node),
         args=_arg(node.args),
-        kwargs=_arg(dict(node.kwargs)),
-        inputs=[n.name for n in node.all_input_nodes],
-        shape=_shape(v),
-        dtype=_dtype(v),
+        kwargs=_arg(dict(node.kwargs)) if node.kwargs else {},
+        inputs=[n.name for n in node._input_nodes],
+        shape=shape,
+        dtype=dtype,
         module=mod,
         module_type=mod_type,
         source=source_of(node.meta.get("stack_trace")),
-        stride=meta.strides(v),
-        device=_device(v),
+        stride=stride,
+        device=device,
         seq_nr=node.meta.get("seq_nr") if isinstance(node.meta.get("seq_nr"), int) else None,
         from_node=origins(node),
         after=order.after.get(node),
@@ -413,7 +434,7 @@ class RecordingListener(Listener):
 
     def notify_erased(self, node: Node) -> None:
         self.rec.erased.append(node)
-        self.rec.erased_inputs.extend(node.all_input_nodes)
+        self.rec.erased_inputs.extend(node._input_nodes)
 
     def notify_replaced(self, old: Node, new: Node, users: list[Node]) -> None:
         self.rec.rewired.extend(users)

@@ -306,7 +306,7 @@ class Rewriter:
             raise RuntimeError(f"cannot erase {node.name}: it still has users {[u.name for u in node.users]}")
         if node._erased:
             return
-        for i in node.all_input_nodes:
+        for i in node._input_nodes:  # FX's dict of inputs
             self._save_users(i)
         for lst in self.listeners:
             lst.notify_erased(node)
@@ -328,12 +328,14 @@ class Rewriter:
 
     def set_meta(self, node: Node, key: str, value: Any) -> None:
         """``node.meta[key] = value``, journaled (a rollback restores the old entry)."""
-        k = (id(node), key)
-        if k not in self._meta_saved:
-            self._meta_saved.add(k)
-            self._journal.append(("meta", node, key, node.meta.get(key, _MISSING)))
+        self._save_meta(node, key)
         node.meta[key] = value
         aliasing.touch(self.graph, (node,))
+
+    def _save_meta(self, node: Node, key: str) -> None:
+        if (id(node), key) not in self._meta_saved:
+            self._meta_saved.add((id(node), key))
+            self._journal.append(("meta", node, key, node.meta.get(key, _MISSING)))
 
     def refresh_views(self) -> list[Node]:
         """Recompute the example value of every node this step rewired that may share its
@@ -374,9 +376,12 @@ class Rewriter:
         """Give ``new`` the source location and module path of the node it replaces (where it
         has none), and in an ATen graph its provenance: AOTAutograd's ``seq_nr`` and FX's
         ``from_node``."""
-        for k in CARRIED_META:
-            if k in old.meta and k not in new.meta:
-                self.set_meta(new, k, old.meta[k])
+        keys = [k for k in CARRIED_META if k in old.meta and k not in new.meta]
+        for k in keys:  # as set_meta, with one notice for all
+            self._save_meta(new, k)
+            new.meta[k] = old.meta[k]
+        if keys:
+            aliasing.touch(self.graph, (new,))
 
     def original_args(self, node: Node) -> tuple | None:
         """``node``'s arguments (``args``) before this step changed them, or None when the
@@ -487,7 +492,7 @@ class Rewriter:
         g = self.graph
         changed = [n for n in self.changed if not n._erased]
         for n in changed:
-            for i in n.all_input_nodes:
+            for i in n._input_nodes:
                 if i._erased or i.graph is not g:
                     raise InvalidGraph(f"{n.name} uses {i.name}, which is not in the graph")
         for n in self.erased:

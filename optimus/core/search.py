@@ -353,12 +353,12 @@ def member_depths(members: list[Node], index: GraphIndex) -> dict[Node, int]:
             if m in above:
                 stack.pop()
                 continue
-            pending = [i for i in m.all_input_nodes if i not in above and level[i] >= floor]
+            pending = [i for i in m._input_nodes if i not in above and level[i] >= floor]
             if pending:
                 stack.extend(pending)
                 continue
             stack.pop()
-            above[m] = max((above[i] + (i in member) for i in m.all_input_nodes if level[i] >= floor), default=0)
+            above[m] = max((above[i] + (i in member) for i in m._input_nodes if level[i] >= floor), default=0)
     return {n: above[n] for n in members}
 
 

@@ -286,7 +286,7 @@ class StepCheck(Listener):
 
     def notify_erased(self, node: Node) -> None:
         self.erased.append(node)
-        self.erased_inputs[node] = list(node.all_input_nodes)
+        self.erased_inputs[node] = list(node._input_nodes)
         if effect(node).effectful:  # read now: an erased node has no arguments left
             self.erased_effectful.append(node)
 
@@ -313,13 +313,15 @@ class StepCheck(Listener):
         """Raise :class:`UnsafeRewrite` if the step breaks a rule of the module docstring.
         ``original(node)`` gives a node's arguments before the step (the Rewriter's
         :meth:`~optimus_lens.core.rewriter.Rewriter.original_args`), for the graph outputs."""
+        readers = aliasing.offset_readers(graph) if self.moves else None  # none: no offset is read
         for old, new, users in self.moves:
             if new._erased:
                 continue
             live = [u for u in users if not u._erased and new in u._input_nodes]  # a dict: O(1)
             if not live:
                 continue
-            miss = move_miss(old, new, live)
+            a, b = eager_tensor(old), eager_tensor(new)
+            miss = _dtype_miss(old, new, a, b) or (_offset_miss(old, new, a, b, live) if readers else None)
             if miss:
                 raise UnsafeRewrite(str(miss))
         out = self.output_node or output_of(graph)

@@ -41,6 +41,7 @@ the rules in :func:`direct_reason` and :func:`broken_use`), with where each rule
 from __future__ import annotations
 
 import operator
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -287,7 +288,12 @@ def _simulate(user: Node, stands: tuple[Node, ...], new_value: torch.Tensor | No
 
 
 def _static_contiguous(t: torch.Tensor) -> bool:
-    """Contiguous, decided on plain-int sizes and strides only (False when any is symbolic)."""
+    """Contiguous, decided on plain-int sizes and strides only (False when any is symbolic).
+    A non-empty tensor with static sizes and strides asks ATen's own flag, which is this
+    rule (size-1 dims skipped); an empty one is read dim by dim (ATen calls every empty
+    tensor contiguous)."""
+    if not t._has_symbolic_sizes_strides and t.numel() > 0:
+        return t.is_contiguous()
     expected = 1
     for n, st in zip(reversed(t.shape), reversed(t.stride())):
         if type(n) is not int or type(st) is not int:
@@ -308,6 +314,8 @@ def _same_static_strides(a: Any, b: Any) -> bool:
     ):
         return False
     sa, sb = a.stride(), b.stride()
+    if not (a._has_symbolic_sizes_strides or b._has_symbolic_sizes_strides):  # plain ints
+        return sa == sb
     return len(sa) == len(sb) and all(type(x) is int and type(y) is int and x == y for x, y in zip(sa, sb))
 
 
@@ -429,8 +437,6 @@ def fresh_output_miss(node: Node) -> Miss | None:
     alias with gaps, e.g. ``detach`` of a split piece), so no copy can give its layout
     back, and a use sees that layout (:func:`broken_use` against a contiguous value);
     else None."""
-    from contextlib import nullcontext
-
     t = _tensor(node)
     if t is None or t.layout != torch.strided or _static_contiguous(t) or is_dense(node):
         return None
