@@ -12,7 +12,7 @@ input a step replaced (their example values still lie in the old input's storage
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import torch
@@ -112,9 +112,15 @@ def placeholder_spans(graph) -> list[Any]:
     :func:`output_overlaps`). Kept per graph while its placeholders and their example
     values stay the same objects (a step rarely touches them; the towers graph at 21k
     nodes has ~10k)."""
+    return _kept_per_inputs(graph, _SPANS, lambda values: [_placeholder_span(v) for v in values])
+
+
+def _kept_per_inputs(graph, key: str, build: Callable[[list[Any]], Any]) -> Any:
+    """``build(values)`` of the placeholders' example values, kept on ``graph`` under
+    ``key`` while its placeholders and their example values stay the same objects."""
     ps = _placeholders(graph)
     values = [meta.value(p) for p in ps]
-    got = kept(graph, _SPANS)
+    got = kept(graph, key)
     if (
         got is not None
         and len(got[0]) == len(ps)
@@ -122,9 +128,9 @@ def placeholder_spans(graph) -> list[Any]:
         and all(a is b for a, b in zip(got[1], values))
     ):
         return got[2]
-    spans = [_placeholder_span(v) for v in values]
-    keep(graph, _SPANS, (ps, values, spans))
-    return spans
+    made = build(values)
+    keep(graph, key, (ps, values, made))
+    return made
 
 
 _INPUTS = "_optimus_input_spans"  # (placeholders, values, InputSpans) kept on a graph (core.memo.keep)
@@ -174,19 +180,7 @@ def input_spans(graph) -> InputSpans:
     """:class:`InputSpans` of ``graph``'s placeholders, kept per graph while its
     placeholders and their example values stay the same objects (see
     :func:`placeholder_spans`)."""
-    ps = _placeholders(graph)
-    values = [meta.value(p) for p in ps]
-    got = kept(graph, _INPUTS)
-    if (
-        got is not None
-        and len(got[0]) == len(ps)
-        and all(a is b for a, b in zip(got[0], ps))
-        and all(a is b for a, b in zip(got[1], values))
-    ):
-        return got[2]
-    spans = InputSpans(values)
-    keep(graph, _INPUTS, (ps, values, spans))
-    return spans
+    return _kept_per_inputs(graph, _INPUTS, InputSpans)
 
 
 def _placeholder_span(v: Any) -> Any:
