@@ -289,10 +289,10 @@ def _simulate(user: Node, stands: tuple[Node, ...], new_value: torch.Tensor | No
 
 def _static_contiguous(t: torch.Tensor) -> bool:
     """Contiguous, decided on plain-int sizes and strides only (False when any is symbolic).
-    A non-empty tensor with static sizes and strides asks ATen's own flag, which is this
-    rule (size-1 dims skipped); an empty one is read dim by dim (ATen calls every empty
-    tensor contiguous)."""
-    if not t._has_symbolic_sizes_strides and t.numel() > 0:
+    A non-empty strided (not nested) tensor with static sizes and strides asks ATen's own
+    flag, which is this rule (size-1 dims skipped); any other is read dim by dim (ATen
+    calls every empty tensor contiguous)."""
+    if t.layout == torch.strided and not t.is_nested and not t._has_symbolic_sizes_strides and t.numel() > 0:
         return t.is_contiguous()
     expected = 1
     for n, st in zip(reversed(t.shape), reversed(t.stride())):
