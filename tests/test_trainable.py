@@ -458,3 +458,30 @@ def test_an_optimizer_over_the_packs_makes_the_same_updates_in_one_kernel_per_pa
         _close(eager, t)
     with pytest.raises(RuntimeError, match="packed_parameters"):
         t(torch.randn(3, 20))  # another batch size runs the model's forward: the packs would miss it
+
+
+def test_a_watched_module_collected_while_dynamo_compiles_another_model_breaks_nothing():
+    """The transform's module-registration hooks are global, and a forward that Dynamo
+    traces can register modules (``self.layers[:-1]`` builds a ModuleList): the traced hook
+    must not guard the compiled frame on the transform's weak table of watched modules,
+    whose keys change whenever a watched module is collected."""
+    import gc
+
+    from optimus_lens.perf import trainable
+    from optimus_lens.sample_models.lab import SwishMLP
+
+    class Holder:  # stands for a TransformedModule, held weakly
+        pass
+
+    holder, watched = Holder(), [nn.Linear(2, 2)]
+    trainable._watch(holder, watched[0])
+
+    def backend(gm, example_inputs):
+        watched.clear()
+        gc.collect()  # the watched module goes while Dynamo still builds the frame's guards
+        return gm.forward
+
+    torch._dynamo.reset()
+    model, x = SwishMLP(), torch.randn(8, 32)
+    assert torch.allclose(torch.compile(model, backend=backend)(x), model(x))
+    torch._dynamo.reset()

@@ -81,12 +81,20 @@ _HOOKS: list = []
 
 
 def _on_register(module, name, value):
+    if torch.compiler.is_compiling():  # see _on_module_register
+        return None
     for t in list(_WATCHED.get(module, ())):
         t._stale = True
     return None
 
 
 def _on_module_register(module, name, value):
+    # Global hooks also run inside a forward that Dynamo traces (``self.layers[:-1]`` builds
+    # a ModuleList). Traced, this lookup would guard the compiled frame on the weak table's
+    # keys, which fails to build, or recompiles, as soon as a watched module is collected.
+    # Modules made while tracing are never watched, so the traced hook does nothing.
+    if torch.compiler.is_compiling():
+        return None
     for t in list(_WATCHED.get(module, ())):
         t._stale = True
         t._replaced_modules = True
