@@ -10,7 +10,8 @@ A graph has about ``T * (4L + 4)`` nodes; sizes grow in L with T = 128 towers
 needs example inputs only to find the device and fake mode: real tensors are passed.
 
 For each size, in one process and interleaved (repeat r runs upstream, ours, ours with
-recording, each on a fresh copy of the graph):
+recording, each on a fresh copy of the graph, made and then followed by a full collection
+before the timed call, so no run pays for collecting the harness's copy):
 
 * **upstream**: ``torch._inductor.fx_passes.pre_grad.pre_grad_passes(gm, example_inputs)``
   under ``config.patch(pre_grad_fusion_options=UPSTREAM_OPTIONS)`` (batch_linear,
@@ -301,8 +302,12 @@ def measure(
         samples[name + "_cpu_s"].append(cpu)
 
     def fresh() -> GraphModule:  # also the O(nodes) control: FX's own graph copy, timed
+        """A copy of the graph, then a full collection: every timed run starts with the
+        collector settled, so none pays for collecting the copy the harness just made (a
+        full collection the copy's objects would trigger inside the run)."""
         copy, wall, cpu = _timed(lambda: copy_graph_module(base))
         keep("fx_copy", wall, cpu)
+        gc.collect()
         return copy
 
     trace = None
