@@ -14,7 +14,7 @@ from optimus_lens.core import meta, record
 from optimus_lens.core.effects import _same_layout
 from optimus_lens.core.opschema import value_signature
 from optimus_lens.core.outputs import InputSpans, input_spans, output_overlaps, placeholder_spans
-from optimus_lens.core.strides import _same_static_strides, _static_contiguous
+from optimus_lens.core.strides import _contiguous_per_dim, _same_static_strides, _static_contiguous
 
 
 def _values():
@@ -89,17 +89,6 @@ def test_layouts_compare_equal_exactly_when_sizes_and_strides_are_equal():
     assert not _same_static_strides(torch.randn(3), torch.randn(3).to_sparse())
 
 
-def _per_dim_contiguous(v) -> bool:
-    expected = 1
-    for n, st in zip(reversed(v.shape), reversed(v.stride())):
-        if type(n) is not int or type(st) is not int:
-            return False
-        if n != 1 and st != expected:
-            return False
-        expected *= n
-    return True
-
-
 def _answer(f, v):
     try:
         return f(v)
@@ -113,7 +102,7 @@ def _nested():
 
 def test_contiguity_is_atens_for_a_non_empty_tensor_and_read_per_dim_for_an_empty_one():
     for v in _values():
-        assert _static_contiguous(v) == _per_dim_contiguous(v), v.stride()
+        assert _static_contiguous(v) == _contiguous_per_dim(v), v.stride()
     odd = torch.empty_strided((0, 3), (1, 0))
     assert odd.is_contiguous() and not _static_contiguous(odd)  # ATen calls it contiguous; the rule does not
 
@@ -187,7 +176,7 @@ def test_contiguity_of_a_nested_or_mkldnn_tensor_is_the_per_dim_rules():
     if torch.backends.mkldnn.is_available():
         others.append(torch.randn(2, 3).to_mkldnn())
     for v in others:
-        assert _answer(_static_contiguous, v) == _answer(_per_dim_contiguous, v)
+        assert _answer(_static_contiguous, v) == _answer(_contiguous_per_dim, v)
 
 
 def test_a_nested_input_leaves_the_overlaps_undecided_whatever_is_asked_first():

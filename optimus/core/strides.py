@@ -294,6 +294,11 @@ def _static_contiguous(t: torch.Tensor) -> bool:
     calls every empty tensor contiguous)."""
     if t.layout == torch.strided and not t.is_nested and not t._has_symbolic_sizes_strides and t.numel() > 0:
         return t.is_contiguous()
+    return _contiguous_per_dim(t)
+
+
+def _contiguous_per_dim(t: torch.Tensor) -> bool:
+    """:func:`_static_contiguous`'s rule, read dim by dim from the last."""
     expected = 1
     for n, st in zip(reversed(t.shape), reversed(t.stride())):
         if type(n) is not int or type(st) is not int:
