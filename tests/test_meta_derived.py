@@ -101,6 +101,7 @@ def test_unbind_value_without_dispatch_equals_the_dispatched_one(mode, make, dim
     assert type(got) is tuple and len(got) == len(want)
     assert _pieces_layout(got) == _pieces_layout(want)
     assert all(meta.storage_key(p) == meta.storage_key(x) for p in got)  # views of the parent's storage
+    assert all(meta._read_storage_key(p) == meta.storage_key(p) for p in got)  # the kept key is the storage's
     with mode:  # they compute as the dispatched pieces do
         assert _layout(got[-1] * 2) == _layout(want[-1] * 2)
         assert _layout(torch.stack(got)) == _layout(torch.stack(want))

@@ -292,6 +292,44 @@ def test_getitems_in_one_go_are_the_getitems_call_makes():
     assert not [n for n in c.gm.graph.nodes if n.target is operator.getitem]
 
 
+def test_nodes_made_under_the_guard_are_wired_as_fx_makes_them_and_other_create_hooks_see_their_arguments():
+    c, rw, ub = _unbind_graph()
+    seen = []
+    with rw.guarding(c.gm):  # only the guard's hook: the arguments are set on the made node
+        with rw.inserting_after(ub):
+            bulk = rw.getitems(ub, 3)
+    assert [n.args for n in bulk] == [(ub, 0), (ub, 1), (ub, 2)]
+    assert all(list(n.all_input_nodes) == [ub] and n in ub.users for n in bulk)
+    found = c.gm.graph.find_nodes(op="call_function", target=operator.getitem)
+    assert all(n in found for n in bulk)
+    c.gm._register_create_node_hook(lambda n: seen.append((n.name, n.args)))
+    try:
+        with rw.guarding(c.gm):
+            with rw.inserting_after(bulk[-1]):
+                more = rw.getitems(ub, 2)
+    finally:
+        c.gm._create_node_hooks.clear()
+    assert seen == [(more[0].name, (ub, 0)), (more[1].name, (ub, 1))]  # made with their arguments
+    c.gm.graph.lint()
+
+
+def test_a_guarded_step_leaves_no_cycle_its_rewriter_is_freed_without_the_collector():
+    import gc
+    import weakref
+
+    c, rw, ub = _unbind_graph()
+    with rw.guarding(c.gm):
+        with rw.inserting_after(ub):
+            rw.getitems(ub, 2)
+    gone = weakref.ref(rw)
+    gc.disable()  # the engine runs with the collector paused: only reference counts free a step
+    try:
+        del rw
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
 def test_getitems_of_a_value_that_is_not_a_tuple_of_fake_tensors_are_inferred_one_by_one():
     c, rw, ub = _unbind_graph()
     ub.meta["example_value"] = None  # no value to read the pieces from

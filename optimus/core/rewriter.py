@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -125,6 +125,7 @@ class Rewriter:
         self.changed: dict[Node, None] = {}  # nodes whose inputs this step changed
         self.erased: list[Node] = []
         self._inside = 0
+        self._guard: Callable | None = None  # the create hook of :meth:`guarding`, while open
 
     # ---------------------------------------------------------------- insertion point
     def inserting_before(self, node: Node | None = None):
@@ -165,7 +166,7 @@ class Rewriter:
             name = target._opname  # ``cat``, as AOTAutograd names ATen nodes, not ``cat_default``
         self._inside += 1
         try:
-            n = self.graph.create_node(op, target, args, kwargs, name)
+            n = self._new_node(op, target, args, kwargs, name)
         finally:
             self._inside -= 1
         self._journal.append(("create", n))
@@ -184,29 +185,23 @@ class Rewriter:
         return self.create("call_function", fn, args, kwargs)
 
     def getitems(self, parent: Node, count: int) -> list[Node]:
-        """``[parent[0], ..., parent[count - 1]]`` at the insertion point, each as
-        :meth:`call` of ``operator.getitem`` makes it (same names, order, example values
-        and notices). Where ``parent``'s example value is a tuple or list of at least
-        ``count`` FakeTensors (the unbind or split a batch fusion writes), each piece's
-        value is its element (what :func:`optimus_lens.core.meta.infer` derives), so the
-        ``count`` nodes are made in one go: the per-node upkeep of :meth:`create` (users
-        saved, the global-state replay, the effect analysis told) is paid once."""
+        """``[parent[0], ..., parent[count - 1]]`` at the insertion point, each as :meth:`call` of
+        ``operator.getitem`` makes it (same names, order, example values and notices). Where
+        ``parent``'s example value is a tuple or list of at least ``count`` FakeTensors (the unbind or
+        split a batch fusion writes), each piece's value is its element (what
+        :func:`optimus_lens.core.meta.infer` derives), so the ``count`` nodes are made in one go: the
+        per-node upkeep of :meth:`create` (users saved, the global-state replay, the effect analysis
+        told) is paid once."""
         pieces = meta.value(parent)
-        if not (
-            isinstance(pieces, (tuple, list))
-            and 0 < count <= len(pieces)
-            and all(isinstance(pieces[i], FakeTensor) for i in range(count))
-        ):
+        whole = isinstance(pieces, (tuple, list)) and 0 < count <= len(pieces)
+        if not (whole and all(isinstance(pieces[i], FakeTensor) for i in range(count))):
             return [self.call(operator.getitem, parent, i) for i in range(count)]
         key = meta.value_key(parent)
         self._save_users(parent)
         self._inside += 1
         try:
             # FX would name each from its target ("getitem"), a regex per node: the same name given
-            out = [
-                self.graph.create_node("call_function", operator.getitem, (parent, i), {}, "getitem")
-                for i in range(count)
-            ]
+            out = [self._new_node("call_function", operator.getitem, (parent, i), {}, "getitem") for i in range(count)]
         finally:
             self._inside -= 1
         for i, n in enumerate(out):
@@ -219,6 +214,16 @@ class Rewriter:
             for n in out:
                 lst.notify_inserted(n)
         return out
+
+    def _new_node(self, op: str, target: Any, args: tuple, kwargs: dict, name: str | None) -> Node:
+        """``Graph.create_node``; with no keyword arguments and no create hook but the guard's, the arguments
+        are set on the made node, so FX skips its walk for raw SymInts (5 us a getitem; :meth:`create` refuses them)."""
+        hooks = getattr(self.graph.owning_module, "_create_node_hooks", None)
+        if kwargs or not args or hooks and any(h is not self._guard for h in hooks):
+            return self.graph.create_node(op, target, args, kwargs, name)
+        n = self.graph.create_node(op, target, None, None, name)
+        n.args = args
+        return n
 
     def replace_all_uses(self, old: Node, new: Node, keep_layout: bool = True) -> Node:
         """Point every user of ``old`` at ``new`` (``old`` itself stays; erase it after).
@@ -423,8 +428,12 @@ class Rewriter:
             if not self._inside:
                 raise DirectMutation("the pattern changed the graph without the Rewriter")
 
-        with node_hooks(gm, guard, guard, guard):
-            yield self
+        self._guard = guard
+        try:
+            with node_hooks(gm, guard, guard, guard):
+                yield self
+        finally:
+            self._guard = None  # no cycle through the closure: the step's Rewriter is freed at once
 
     @contextmanager
     def adopting(self, gm: GraphModule, keep_meta: Iterable[Node] = ()) -> Iterator[Rewriter]:
@@ -495,9 +504,8 @@ class Rewriter:
             for i in n._input_nodes:
                 if i._erased or i.graph is not g:
                     raise InvalidGraph(f"{n.name} uses {i.name}, which is not in the graph")
-        for n in self.erased:
-            if n.op == "output":
-                raise InvalidGraph("the output node was erased")
+        if any(n.op == "output" for n in self.erased):
+            raise InvalidGraph("the output node was erased")
         cycle = find_cycle(changed, self.level)
         if cycle:
             raise InvalidGraph("cycle: " + " -> ".join(c.name for c in cycle))
@@ -509,9 +517,8 @@ class Rewriter:
         for entry in reversed(self._journal):
             kind = entry[0]
             if kind == "create":
-                n = entry[1]
-                if not n._erased:
-                    _unlink(g, n)
+                if not entry[1]._erased:
+                    _unlink(g, entry[1])
             elif kind == "erase":
                 _, n, prev, args, kwargs = entry
                 _relink(g, n, prev, args, kwargs)
@@ -557,15 +564,9 @@ def _scan(x: Any, nodes: list[Node]) -> Any:
     if isinstance(x, Node):
         nodes.append(x)
         return None
-    if isinstance(x, (tuple, list)):
+    if isinstance(x, (tuple, list, dict)):
         found = None
-        for v in x:
-            r = _scan(v, nodes)
-            found = found if found is not None else r
-        return found
-    if isinstance(x, dict):
-        found = None
-        for v in x.values():
+        for v in x.values() if isinstance(x, dict) else x:
             r = _scan(v, nodes)
             found = found if found is not None else r
         return found
@@ -591,8 +592,7 @@ def _unlink(g: Graph, n: Node) -> None:
 
 def _relink(g: Graph, n: Node, prev: Node, args: tuple, kwargs: dict) -> None:
     """Put an erased node back after ``prev`` with its arguments (and so its uses)."""
-    n._prev = n
-    n._next = n
+    n._prev = n._next = n
     n._erased = False
     prev._next._prepend(n)
     g._len += 1
