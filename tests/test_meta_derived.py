@@ -7,6 +7,7 @@ import operator
 
 import pytest
 import torch
+from test_static_reads import _graph
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx import Graph
 
@@ -18,12 +19,7 @@ def _layout(t: torch.Tensor) -> tuple:
 
 
 def _node_on(values: list, target, extra_args=(), kwargs=None, as_list=True):
-    g = Graph()
-    ins = []
-    for i, v in enumerate(values):
-        p = g.placeholder(f"x{i}")
-        p.meta["example_value"] = v
-        ins.append(p)
+    g, ins = _graph(values)  # placeholders carrying the values
     first = ins if as_list else ins[0]
     return g.call_function(target, (first, *extra_args), kwargs or {})
 
