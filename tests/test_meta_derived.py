@@ -114,3 +114,32 @@ def test_unbind_with_autograd_history_or_in_inference_mode_is_dispatched(mode):
         assert meta._unbound((y, 0), {}) is None
     assert meta._unbound((y, 2), {}) is None  # out of range: the dispatch raises
     assert meta._unbound((y,), {"dim": 1}) is not None
+
+
+def _state(t: FakeTensor) -> tuple:
+    """What a FakeTensor is made of: its Python attributes (our kept storage key aside), the
+    dispatch keys of its C-level tensor, its layout and storage, whether it requires grad."""
+    attrs = {k: v for k, v in t.__dict__.items() if k != meta._SKEY}
+    return (type(t), attrs, torch._C._dispatch_keys(t), _layout(t), t.untyped_storage()._cdata)
+
+
+@pytest.mark.parametrize("unsafe_ptr", [False, True])
+def test_fakes_made_in_one_go_equal_the_constructor_s(unsafe_ptr):
+    fake = FakeTensorMode()
+    fake._allow_unsafe_data_ptr_access = unsafe_ptr
+    x = fake.from_tensor(torch.randn(6, 4, 3))
+    with torch._subclasses.fake_tensor.in_kernel_invocation_manager(fake):
+        metas = torch.ops.aten.unbind.int(x, 0)
+    got = meta.fakes(fake, metas, x.fake_device)
+    want = tuple(FakeTensor(fake, m, x.fake_device) for m in metas)
+    assert [_state(t) for t in got] == [_state(t) for t in want]
+    for t, u in zip(got, want):  # the data-pointer flag: both refuse, or both only warn
+        outcomes = []
+        for v in (t, u):
+            try:
+                v.untyped_storage().data_ptr()
+                outcomes.append("allowed")
+            except RuntimeError:
+                outcomes.append("refused")
+        assert outcomes[0] == outcomes[1]
+    assert len({id(t.__dict__) for t in got}) == len(got)  # each has attributes of its own

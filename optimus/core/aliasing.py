@@ -314,6 +314,25 @@ def touch(graph: Graph, nodes: Iterable[Node]) -> None:
     ge.tables = None
 
 
+def touch_pieces(graph: Graph, pieces: Iterable[Node]) -> None:
+    """Tell the analysis of ``graph`` that ``pieces`` were created: getitems of one node,
+    each holding an element of that node's tuple value (:meth:`Rewriter.getitems`). Such a
+    getitem is classified without being read again: it writes nothing and changes no state
+    (a getitem never does), its alias edge is shown by the storages when its value has a
+    storage key (the parent's atoms include it: :func:`_classify`'s getitem rule), and it
+    reads no storage offset (:func:`optimus_lens.core.strides.reads_offset`). A piece
+    without a storage key is made pending as :func:`touch` does."""
+    ge = kept(graph, _EFFECTS)
+    if ge is None:
+        return
+    unread = [n for n in pieces if storage_key(meta.value(n)) is None]
+    if ge.pending is not None:
+        ge.pending.update(unread)
+        ge.seen_len += len(pieces) - len(unread)  # node count the analysis has accounted for
+    ge.last_tables = ge.tables or ge.last_tables
+    ge.tables = None
+
+
 def forget(graph: Graph) -> None:
     """Drop the cached analysis of ``graph`` (the next query rescans it)."""
     ge = kept(graph, _EFFECTS)

@@ -129,9 +129,12 @@ class IndexListener(RecordingListener):
         """Apply the step's changes to the indexes; returns the created nodes still alive."""
         rec = self.rec
         created = rec.created_alive()
+        # each live rewired node once: a user of all k members of a group (the next layer's stack
+        # of 128 inputs) is rewired k times, and every pass below reads each node's inputs
+        rewired = [n for n in dict.fromkeys(rec.rewired) if not n._erased]
         quiet = aliasing.analysis(self.engine.gm.graph).quiet  # no place matters but the data edges'
-        self.engine.index.update(created, rec.erased, rec.rewired, block=quiet)
-        self.engine._note_change(rec, created)
+        self.engine.index.update(created, rec.erased, rewired, block=quiet)
+        self.engine._note_change(rec, created, rewired)
         return created
 
 
@@ -536,9 +539,10 @@ class Engine:
             raise PatternError(p.name, pattern.name, site_names, e) from e
         return step
 
-    def _note_change(self, rec: Recording, created: list[Node]) -> None:
+    def _note_change(self, rec: Recording, created: list[Node], rewired: list[Node]) -> None:
         """Keep the target index, the pass's key caches and dirty roots in step with one
-        step: O(nodes the step touched and their search neighbourhood)."""
+        step (``created``: its live created nodes; ``rewired``: its live rewired nodes, each
+        once): O(nodes the step touched and their search neighbourhood)."""
         if self._by_target is not None:
             for n in rec.erased:
                 bucket = self._by_target.get(n.target)
@@ -549,7 +553,6 @@ class Engine:
                     self._by_target.setdefault(n.target, {})[n] = None
         if not self._batch:
             return
-        rewired = [n for n in rec.rewired if not n._erased]
         changed = dict.fromkeys(created)
         changed.update(dict.fromkeys(rewired))
         for n in (*created, *rewired):

@@ -305,9 +305,11 @@ def repair_plan(nodes: Iterable[Node], at: Callable[[Node], Any]) -> RepairPlan 
     stepcheck.final_places` predicts the same placement from the positions before the
     step. (Upstream leaves the graph unsorted until ``stable_topological_sort``.)"""
     late: dict[Node, None] = {}
+    seen: set[Node] = set()
     for v in nodes:
-        if v in late or v._erased or v.op == "root":
+        if v in seen or v._erased or v.op == "root":
             continue
+        seen.add(v)
         pv = at(v)
         if pv is None:
             continue

@@ -60,6 +60,26 @@ class Listener:
     def rolled_back(self) -> None:
         pass
 
+    def notify_inserted_each(self, nodes: list[Node]) -> None:
+        """Several nodes created as one operation (:meth:`Rewriter.getitems`): the same as
+        :meth:`notify_inserted` for each in order, which is what this default does."""
+        for n in nodes:
+            self.notify_inserted(n)
+
+    def notify_replaced_each(self, moves: list[tuple[Node, Node, list[Node]]]) -> None:
+        """Several replacements made as one operation (:meth:`Rewriter.replace_each`): the same
+        as :meth:`notify_replaced` for each ``(old, new, users)`` in order, which is what this
+        default does; a listener may take the group at once."""
+        for old, new, users in moves:
+            self.notify_replaced(old, new, users)
+
+    def notify_erased_each(self, nodes: list[Node]) -> None:
+        """Several nodes about to be erased as one operation (:meth:`Rewriter.replace_each`),
+        none of them an input of another, all still in the graph: the same as
+        :meth:`notify_erased` for each in order, which is what this default does."""
+        for n in nodes:
+            self.notify_erased(n)
+
 
 class LayoutCheck(Listener):
     """The engine-level layout check, a Rewriter listener: collects every replacement of
@@ -122,6 +142,8 @@ class Rewriter:
         self._users_saved: set[int] = set()
         self._meta_saved: set[tuple[int, str]] = set()
         self.created: list[Node] = []
+        self._fresh: set[int] = set()  # ids of the created nodes: a rollback unlinks them, so their metas need no journal
+        self._first_args: dict[Node, tuple] = {}  # each node's arguments before the step first changed them
         self.changed: dict[Node, None] = {}  # nodes whose inputs this step changed
         self.erased: list[Node] = []
         self._inside = 0
@@ -171,6 +193,7 @@ class Rewriter:
             self._inside -= 1
         self._journal.append(("create", n))
         self.created.append(n)
+        self._fresh.add(id(n))
         self.changed[n] = None
         aliasing.touch(self.graph, (n,))
         if infer:
@@ -209,10 +232,10 @@ class Rewriter:
             self.changed[n] = None
             n.meta[key] = pieces[i]
         self.created.extend(out)
-        aliasing.touch(self.graph, out)
+        self._fresh.update(map(id, out))
+        aliasing.touch_pieces(self.graph, out)
         for lst in self.listeners:
-            for n in out:
-                lst.notify_inserted(n)
+            lst.notify_inserted_each(out)
         return out
 
     def _new_node(self, op: str, target: Any, args: tuple, kwargs: dict, name: str | None) -> Node:
@@ -260,6 +283,109 @@ class Rewriter:
             self._refresh(updates)
         return copy
 
+    def replace_each(self, olds: list[Node], news: list[Node]) -> None:
+        """For each ``i``: ``news[i]`` takes ``olds[i]``'s source location and module path
+        (:meth:`carry_meta`), every use of ``olds[i]`` moves to ``news[i]``
+        (:meth:`replace_all_uses`, layouts kept the same way); then every ``olds[i]`` is
+        erased. One operation for the ``k`` members of a fused group and the ``k`` pieces
+        of its result: the graph, the journal and what the listeners learn are those of the
+        ``k`` single operations in this order, told as one group each
+        (:meth:`Listener.notify_replaced_each`, :meth:`Listener.notify_erased_each`), so a
+        listener may do its upkeep once per group. Raises RuntimeError if an old node keeps
+        a use (one of ``olds`` reads another) and what :meth:`replace_all_uses` raises."""
+        if len(olds) != len(news):
+            raise ValueError(f"replace_each: {len(olds)} nodes to replace, {len(news)} replacements")
+        moves: list[tuple[Node, Node, list[Node]]] = []
+        for old, new in zip(olds, news):
+            self.carry_meta(old, new)
+            users = list(old.users)
+            if not users:
+                continue
+            updates: list = []
+            if _layout.broken_use(old, new, users, updates=updates) is not None or updates:
+                self._flush_moves(moves)  # this one needs copies or new example values downstream
+                self.replace_all_uses(old, new)
+                continue
+            moves.append((old, new, users))
+        self._flush_moves(moves)
+        self._erase_each(olds)
+
+    def _flush_moves(self, moves: list[tuple[Node, Node, list[Node]]]) -> None:
+        """Rewire every ``(old, new, users)`` of ``moves`` (as :meth:`_rewire`, journaled as one
+        entry) and tell the listeners once; empties ``moves``."""
+        if not moves:
+            return
+        saved = self._users_saved
+        journal = self._journal
+        changed = self.changed
+        first = self._first_args
+        replace = self._replace_input
+        entries = []
+        everyone: list[Node] = []
+        for old, new, users in moves:
+            for n in (old, new):
+                if id(n) not in saved:
+                    saved.add(id(n))
+                    journal.append(("users", n, list(n.users)))
+            self._inside += 1
+            try:
+                for u in users:
+                    entries.append((u, u.args, dict(u.kwargs)))
+                    first.setdefault(u, u.args)
+                    replace(u, old, new)
+                    changed[u] = None
+            finally:
+                self._inside -= 1
+            everyone.extend(users)
+        journal.append(("args-each", entries))
+        aliasing.touch(self.graph, everyone)
+        group = list(moves)
+        moves.clear()
+        for lst in self.listeners:
+            lst.notify_replaced_each(group)
+
+    @property
+    def _replace_input(self) -> Callable[[Node, Node, Node], None]:
+        """``Node.replace_input_with`` as a function of (user, old, new); FX's core of it
+        (``Node._replace_input_with``, which the public method calls after the GraphModule's
+        replace hooks) where the only hook is this step's guard, which allows the Rewriter's
+        own changes."""
+        hooks = getattr(self.graph.owning_module, "_replace_hooks", None)
+        core = getattr(Node, "_replace_input_with", None)
+        if core is None or hooks and any(h is not self._guard for h in hooks):
+            return Node.replace_input_with
+        return core
+
+    def _erase_each(self, nodes: list[Node]) -> None:
+        """Erase ``nodes`` (each without users) as one operation: the listeners are told of all
+        of them first (:meth:`Listener.notify_erased_each`, their inputs still readable), then
+        each is erased in order, journaled as :meth:`erase` journals it."""
+        nodes = [n for n in nodes if not n._erased]
+        for n in nodes:
+            if n.users:
+                raise RuntimeError(f"cannot erase {n.name}: it still has users {[u.name for u in n.users]}")
+        saved = self._users_saved
+        journal = self._journal
+        for n in nodes:
+            for i in n._input_nodes:
+                if id(i) not in saved:
+                    saved.add(id(i))
+                    journal.append(("users", i, list(i.users)))
+        for lst in self.listeners:
+            lst.notify_erased_each(nodes)
+        changed = self.changed
+        erase = self.graph.erase_node
+        self._inside += 1
+        try:
+            for n in nodes:
+                journal.append(("erase", n, n.prev, n.args, dict(n.kwargs)))
+                erase(n)
+                changed.pop(n, None)
+        finally:
+            self._inside -= 1
+        self.erased.extend(nodes)
+        aliasing.touch(self.graph, nodes)
+
     def _refresh(self, updates: list) -> None:
         """Store the example values (FakeTensors) that a replacement changed downstream,
         so later steps read the strides the graph now computes."""
@@ -295,6 +421,7 @@ class Rewriter:
         """Change ``node``'s arguments in place (MLIR ``modifyOpInPlace``). None keeps one as it is."""
         old_inputs = list(node.all_input_nodes)
         self._journal.append(("args", node, node.args, dict(node.kwargs)))
+        self._first_args.setdefault(node, node.args)
         new_args = node.args if args is None else tuple(args)
         new_kwargs = dict(node.kwargs) if kwargs is None else dict(kwargs)
         for i in {*old_inputs, *_nodes_in((new_args, new_kwargs))}:
@@ -381,20 +508,21 @@ class Rewriter:
         """Give ``new`` the source location and module path of the node it replaces (where it
         has none), and in an ATen graph its provenance: AOTAutograd's ``seq_nr`` and FX's
         ``from_node``."""
-        keys = [k for k in CARRIED_META if k in old.meta and k not in new.meta]
+        om, nm = old.meta, new.meta
+        keys = [k for k in CARRIED_META if k in om and k not in nm]
+        if not keys:
+            return
+        fresh = id(new) in self._fresh  # a node of this step: its metas go with it on a rollback
         for k in keys:  # as set_meta, with one notice for all
-            self._save_meta(new, k)
-            new.meta[k] = old.meta[k]
-        if keys:
-            aliasing.touch(self.graph, (new,))
+            if not fresh:
+                self._save_meta(new, k)
+            nm[k] = om[k]
+        aliasing.touch(self.graph, (new,))
 
     def original_args(self, node: Node) -> tuple | None:
         """``node``'s arguments (``args``) before this step changed them, or None when the
         step did not change them."""
-        for entry in self._journal:
-            if entry[0] == "args" and entry[1] is node:
-                return entry[2]
-        return None
+        return self._first_args.get(node)
 
     # ---------------------------------------------------------------- internals
     def _rewire(self, old: Node, new: Node, users: list[Node]) -> None:
@@ -404,6 +532,7 @@ class Rewriter:
         try:
             for u in users:
                 self._journal.append(("args", u, u.args, dict(u.kwargs)))
+                self._first_args.setdefault(u, u.args)
                 u.replace_input_with(old, new)
                 self.changed[u] = None
         finally:
@@ -453,6 +582,7 @@ class Rewriter:
         def on_create(n: Node) -> None:
             self._journal.append(("create", n))
             self.created.append(n)
+            self._fresh.add(id(n))
             mine.append(n)
             self.changed[n] = None
             aliasing.touch(self.graph, (n,))
@@ -478,6 +608,7 @@ class Rewriter:
             self._save_users(old)
             self._save_users(target)
             self._journal.append(("args", user, user.args, dict(user.kwargs)))
+            self._first_args.setdefault(user, user.args)
             self.changed[user] = None
             aliasing.touch(self.graph, (user,))
             for lst in self.listeners:
@@ -513,7 +644,7 @@ class Rewriter:
     def rollback(self) -> None:
         """Undo every change of the step, newest first, then tell the listeners."""
         g = self.graph
-        aliasing.touch(g, [e[1] for e in self._journal])
+        aliasing.touch(g, [n for e in self._journal for n in ([u for u, _, _ in e[1]] if e[0] == "args-each" else [e[1]])])
         for entry in reversed(self._journal):
             kind = entry[0]
             if kind == "create":
@@ -525,6 +656,9 @@ class Rewriter:
             elif kind == "args":
                 _, n, args, kwargs = entry
                 n.args, n.kwargs = args, kwargs
+            elif kind == "args-each":
+                for n, args, kwargs in reversed(entry[1]):
+                    n.args, n.kwargs = args, kwargs
             elif kind == "users":
                 _, n, order = entry
                 users = n.users
@@ -542,6 +676,7 @@ class Rewriter:
                 else:
                     n.meta[key] = old
         self._journal.clear()
+        self._first_args.clear()
         for lst in self.listeners:
             lst.rolled_back()
 

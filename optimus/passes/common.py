@@ -57,11 +57,7 @@ def replace_with_getitems(rw: Rewriter, nodes: list[Node], tuple_node: Node) -> 
     use that depends on the old node's strides gets the getitem's ``contiguous()`` when
     the strides differ (:meth:`optimus_lens.core.rewriter.Rewriter.replace_all_uses`)."""
     out = rw.getitems(tuple_node, len(nodes))
-    for g, n in zip(out, nodes):
-        rw.carry_meta(n, g)
-        rw.replace_all_uses(n, g)
-    for n in nodes:
-        rw.erase(n)
+    rw.replace_each(nodes, out)
     return out
 
 
