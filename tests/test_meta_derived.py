@@ -143,3 +143,14 @@ def test_fakes_made_in_one_go_equal_the_constructor_s(unsafe_ptr):
                 outcomes.append("refused")
         assert outcomes[0] == outcomes[1]
     assert len({id(t.__dict__) for t in got}) == len(got)  # each has attributes of its own
+
+
+def test_a_stack_of_one_unbind_s_pieces_reads_them_as_alike_and_equals_the_dispatched_one(mode):
+    x = mode.from_tensor(torch.randn(6, 4, 8))
+    y = mode.from_tensor(torch.randn(6, 4, 8))
+    px, py = meta._unbound((x, 0), {}), meta._unbound((y, 0), {})
+    assert meta.siblings(px) and meta.siblings(list(reversed(px[1:])))
+    assert not meta.siblings([*px[:3], *py[:3]])  # two unbinds: each input is compared
+    for xs in (list(px), [px[4], px[0], px[2]], [*px[:3], *py[:3]]):
+        n = _node_on(xs, torch.stack, kwargs={"dim": 1})
+        assert _layout(meta.infer(n)) == _layout(_dispatched(n))

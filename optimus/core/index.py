@@ -158,8 +158,13 @@ class GraphIndex:
         return self.repair([*created, *(r for r in rewired if not r._erased)], block)
 
     def _set_level(self, n: Node) -> None:
-        stack = [n]
         level = self.level
+        try:  # every input placed (a fusion's nodes are made in order): one more than the highest
+            level[n] = max((level[i] for i in n._input_nodes), default=-1) + 1
+            return
+        except KeyError:
+            pass
+        stack = [n]
         while stack:
             m = stack[-1]
             missing = [i for i in m._input_nodes if i not in level]

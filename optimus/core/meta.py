@@ -222,7 +222,7 @@ def _unbound(args: tuple, kwargs: dict) -> Any:
         return None
     with in_kernel_invocation_manager(mode), torch._C._AutoDispatchBelowADInplaceOrView():
         pieces = torch.ops.aten.unbind.int(x, dim)
-    out = fakes(mode, pieces, x.fake_device)
+    out = fakes(mode, pieces, x.fake_device, alike=True)  # one size, stride, dtype and device
     key = storage_key(x)  # the views share x's storage: its key, kept on each as storage_key keeps it
     if key is not None:
         for t in out:
@@ -245,7 +245,8 @@ def _stacked(args: tuple, kwargs: dict) -> Any:
     if not all(type(d) is int for d in size) or torch.is_autocast_enabled(device.type) or not first.is_contiguous():
         return None
     stride = first.stride()
-    for x in xs:  # attributes FakeTensor keeps as plain fields where it has them (128 inputs)
+    alike = siblings(xs)  # pieces of one unbind: each is laid out as the first
+    for x in () if alike else xs:  # attributes FakeTensor keeps as plain fields where it has them (128 inputs)
         if (
             not isinstance(x, FakeTensor)
             or x.fake_mode is not mode
@@ -261,7 +262,7 @@ def _stacked(args: tuple, kwargs: dict) -> Any:
     if not -ndim <= dim < ndim:
         return None
     dim %= ndim
-    src = next((x for x in xs if x.requires_grad), None) if torch.is_grad_enabled() else None
+    src = next((x for x in xs if x.requires_grad), None) if torch.is_grad_enabled() and not alike else None
     shape = (*size[:dim], len(xs), *size[dim:])
     if src is None:  # no autograd history to carry: one fresh contiguous tensor
         # what the mode does for a factory call (fake_impls.constructors): the op on the meta
@@ -274,7 +275,7 @@ def _stacked(args: tuple, kwargs: dict) -> Any:
         return src.unsqueeze(dim).expand(shape).clone(memory_format=torch.contiguous_format)
 
 
-def fakes(mode: Any, metas: tuple, device: torch.device) -> tuple:
+def fakes(mode: Any, metas: tuple, device: torch.device, alike: bool = False) -> tuple:
     """``tuple(FakeTensor(mode, m, device) for m in metas)`` for meta tensors ``metas``
     without autograd history, with the constructor's Python work paid once.
 
@@ -287,7 +288,12 @@ def fakes(mode: Any, metas: tuple, device: torch.device) -> tuple:
     copy of the first one's attributes (``tests/test_meta_derived.py`` compares both
     ways). Each one is constructed where the constructor could give a tensor state of its
     own or this reading of the mode does not hold: a debug trace, export leak tracking, a
-    tensor that requires grad, a mode without the data-pointer setting."""
+    tensor that requires grad, a mode without the data-pointer setting.
+
+    ``alike``: the caller says every meta tensor has the same sizes, strides, dtype and
+    layout (the pieces of one ``unbind``); the tensors made in one go then carry one token
+    that says so (:func:`siblings`), which a ``stack`` of them reads instead of comparing
+    each input (example values are never changed in place once made)."""
     if not metas:
         return ()
     first = FakeTensor(mode, metas[0], device)
@@ -301,6 +307,8 @@ def fakes(mode: Any, metas: tuple, device: torch.device) -> tuple:
     ):
         return (first, *(FakeTensor(mode, m, device) for m in metas[1:]))
     state = first.__dict__
+    if alike:
+        state[_SIBLINGS] = object()
     flag = torch._C._set_warn_deprecated_on_mutable_data_ptr if unsafe else torch._C._set_throw_on_mutable_data_ptr
     make = torch.Tensor._make_subclass
     out = [first]
@@ -310,6 +318,21 @@ def fakes(mode: Any, metas: tuple, device: torch.device) -> tuple:
         t.__dict__.update(state)
         out.append(t)
     return tuple(out)
+
+
+_SIBLINGS = "_optimus_siblings"  # a token shared by FakeTensors made alike in one go (fakes)
+
+
+def siblings(xs: Any) -> bool:
+    """Whether ``xs`` (a list or tuple) are FakeTensors made together by :func:`fakes` as alike:
+    the same sizes, strides, dtype, layout, device, mode and no autograd history."""
+    first = xs[0]
+    if type(first) is not FakeTensor:
+        return False
+    token, mode = first.__dict__.get(_SIBLINGS), first.fake_mode
+    return token is not None and all(
+        type(x) is FakeTensor and x.__dict__.get(_SIBLINGS) is token and x.fake_mode is mode for x in xs
+    )
 
 
 _SKEY = "_optimus_storage_key"  # (id, storage key) of a FakeTensor, kept on it: its storage never changes

@@ -138,6 +138,8 @@ class Rewriter:
         self.graph = graph
         self.listeners = list(listeners)
         self.level = level
+        # the step's changes, newest last; argument tuples and FX's immutable keyword dicts are
+        # kept as they are (FX replaces them on a change, never edits them)
         self._journal: list[tuple] = []
         self._users_saved: set[int] = set()
         self._meta_saved: set[tuple[int, str]] = set()
@@ -330,7 +332,7 @@ class Rewriter:
             self._inside += 1
             try:
                 for u in users:
-                    entries.append((u, u.args, dict(u.kwargs)))
+                    entries.append((u, u.args, u.kwargs))
                     first.setdefault(u, u.args)
                     replace(u, old, new)
                     changed[u] = None
@@ -378,7 +380,7 @@ class Rewriter:
         self._inside += 1
         try:
             for n in nodes:
-                journal.append(("erase", n, n.prev, n.args, dict(n.kwargs)))
+                journal.append(("erase", n, n.prev, n.args, n.kwargs))
                 erase(n)
                 changed.pop(n, None)
         finally:
@@ -420,7 +422,7 @@ class Rewriter:
     def modify(self, node: Node, args: tuple | None = None, kwargs: dict | None = None) -> None:
         """Change ``node``'s arguments in place (MLIR ``modifyOpInPlace``). None keeps one as it is."""
         old_inputs = list(node.all_input_nodes)
-        self._journal.append(("args", node, node.args, dict(node.kwargs)))
+        self._journal.append(("args", node, node.args, node.kwargs))
         self._first_args.setdefault(node, node.args)
         new_args = node.args if args is None else tuple(args)
         new_kwargs = dict(node.kwargs) if kwargs is None else dict(kwargs)
@@ -442,7 +444,7 @@ class Rewriter:
             self._save_users(i)
         for lst in self.listeners:
             lst.notify_erased(node)
-        self._journal.append(("erase", node, node.prev, node.args, dict(node.kwargs)))
+        self._journal.append(("erase", node, node.prev, node.args, node.kwargs))
         self._inside += 1
         try:
             self.graph.erase_node(node)
@@ -531,7 +533,7 @@ class Rewriter:
         self._inside += 1
         try:
             for u in users:
-                self._journal.append(("args", u, u.args, dict(u.kwargs)))
+                self._journal.append(("args", u, u.args, u.kwargs))
                 self._first_args.setdefault(u, u.args)
                 u.replace_input_with(old, new)
                 self.changed[u] = None
@@ -594,7 +596,7 @@ class Rewriter:
                 self._save_users(i)
             for lst in self.listeners:
                 lst.notify_erased(n)
-            self._journal.append(("erase", n, n.prev, n.args, dict(n.kwargs)))
+            self._journal.append(("erase", n, n.prev, n.args, n.kwargs))
             self.erased.append(n)
             self.changed.pop(n, None)
             aliasing.touch(self.graph, (n,))
@@ -607,7 +609,7 @@ class Rewriter:
                 return
             self._save_users(old)
             self._save_users(target)
-            self._journal.append(("args", user, user.args, dict(user.kwargs)))
+            self._journal.append(("args", user, user.args, user.kwargs))
             self._first_args.setdefault(user, user.args)
             self.changed[user] = None
             aliasing.touch(self.graph, (user,))

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch.fx import Node
 
-from optimus_lens.core import aliasing
+from optimus_lens.core import aliasing, meta
 from optimus_lens.core.effects import alias_root, effect
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.outputs import eager_tensor, output_chain, output_of, outputs_miss
@@ -95,6 +95,15 @@ def _offset_miss(
         f"{use[0].name} reads the storage offset of {old.name} ({use[1]}); {_name(new)} starts at offset "
         f"{_off(b)} where {old.name} starts at {_off(a)}"
     )
+
+
+def _dtyped(n: Node) -> torch.Tensor | None:
+    """A tensor with the dtype of :func:`optimus_lens.core.outputs.eager_tensor` of ``n``: its own
+    example value where it has one (eager mode returns an input itself only from an op whose
+    result has that input's dtype: eval-mode dropout, ``contiguous``, ``to`` its own dtype), else
+    the eager one, read up the nodes that return their input."""
+    v = meta.value(n)
+    return v if isinstance(v, torch.Tensor) else eager_tensor(n)
 
 
 def _off(t: torch.Tensor) -> str:
@@ -320,8 +329,11 @@ class StepCheck(Listener):
             live = [u for u in users if not u._erased and new in u._input_nodes]  # a dict: O(1)
             if not live:
                 continue
-            a, b = eager_tensor(old), eager_tensor(new)
-            miss = _dtype_miss(old, new, a, b) or (_offset_miss(old, new, a, b, live) if readers else None)
+            if readers:
+                a, b = eager_tensor(old), eager_tensor(new)
+                miss = _dtype_miss(old, new, a, b) or _offset_miss(old, new, a, b, live)
+            else:  # the dtype alone: a node that returns its input itself has that input's dtype
+                miss = _dtype_miss(old, new, _dtyped(old), _dtyped(new))
             if miss:
                 raise UnsafeRewrite(str(miss))
         out = self.output_node or output_of(graph)
