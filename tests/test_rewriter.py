@@ -337,3 +337,52 @@ def test_getitems_of_a_value_that_is_not_a_tuple_of_fake_tensors_are_inferred_on
         made = rw.getitems(ub, 2)
     assert [n.args for n in made] == [(ub, 0), (ub, 1)] and all(n.meta.get("example_value") is None for n in made)
     rw.rollback()
+
+
+def _fuse_relus(one_by_one: bool):
+    """Both relus of TwoTowers replaced by the pieces of one relu over their stack, as a batch
+    fusion does: by the group operation, or by the single operations it stands for."""
+    c = _captured()
+    g = c.gm.graph
+    heard: list = []
+
+    class Ear(Listener):
+        def notify_inserted(self, node):
+            heard.append(("inserted", node.name))
+
+        def notify_erased(self, node):
+            heard.append(("erased", node.name, [i.name for i in node.all_input_nodes]))
+
+        def notify_replaced(self, old, new, users):
+            heard.append(("replaced", old.name, new.name, [u.name for u in users]))
+
+    relus = [n for n in g.nodes if is_call(n, *RELU)]
+    before = fingerprint(g)
+    rw = Rewriter(g, [Ear()])
+    with rw.inserting_before(relus[0]):
+        st = rw.call(torch.stack, [r.args[0] for r in relus])
+        pieces = rw.getitems(rw.call(torch.unbind, rw.call(torch.relu, st)), 2)
+    if one_by_one:
+        for old, new in zip(relus, pieces):
+            rw.carry_meta(old, new)
+            rw.replace_all_uses(old, new)
+        for old in relus:
+            rw.erase(old)
+    else:
+        rw.replace_each(relus, pieces)
+    return c, rw, before, heard
+
+
+def test_a_group_replacement_is_the_single_replacements_it_stands_for_and_rolls_back_exactly():
+    c1, rw1, before, heard1 = _fuse_relus(one_by_one=False)
+    c2, _, _, heard2 = _fuse_relus(one_by_one=True)
+    names = lambda g: [(n.name, str(n.target), str(n.args), [u.name for u in n.users]) for n in g.nodes]  # noqa: E731
+    assert names(c1.gm.graph) == names(c2.gm.graph)
+    assert heard1 == heard2 and [h[0] for h in heard1].count("erased") == 2
+    assert [n.name for n in rw1.erased] == ["relu", "relu_1"]
+    user = next(u for u in c1.gm.graph.nodes if u.op == "call_function" and u.target is operator.add)
+    assert rw1.original_args(user)[0].name == "relu"  # the arguments before the step changed them
+    rw1.validate()
+    rw1.rollback()
+    assert fingerprint(c1.gm.graph) == before
+    c1.gm.graph.lint()

@@ -184,8 +184,8 @@ class Rewriter:
                 f"the rewrite would write the symbolic size {sym} into a {target_text(target)} "
                 f"node as a constant (the graph would hold for the example's shape only)"
             )
-        for i in inputs:
-            self._save_users(i)
+        # no users saved for the inputs: the new node is their last user, and a rollback's unlink
+        # removes it from each, which leaves their users in the order they had
         if name is None and isinstance(target, torch._ops.OpOverload):
             name = target._opname  # ``cat``, as AOTAutograd names ATen nodes, not ``cat_default``
         self._inside += 1
@@ -222,7 +222,6 @@ class Rewriter:
         if not (whole and all(isinstance(pieces[i], FakeTensor) for i in range(count))):
             return [self.call(operator.getitem, parent, i) for i in range(count)]
         key = meta.value_key(parent)
-        self._save_users(parent)
         self._inside += 1
         try:
             # FX would name each from its target ("getitem"), a regex per node: the same name given

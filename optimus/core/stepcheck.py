@@ -285,7 +285,7 @@ class StepCheck(Listener):
         self.erased: list[Node] = []
         self.rewired: list[Node] = []
         self.moves: list[tuple[Node, Node, list[Node]]] = []
-        self.erased_inputs: dict[Node, list[Node]] = {}
+        self.erased_args: dict[Node, tuple] = {}  # an erased node's (args, kwargs), which FX clears
         self.erased_effectful: list[Node] = []
         self.output_node: Node | None = None
 
@@ -294,15 +294,37 @@ class StepCheck(Listener):
         self.created.append(node)
 
     def notify_erased(self, node: Node) -> None:
-        self.erased.append(node)
-        self.erased_inputs[node] = list(node._input_nodes)
-        if effect(node).effectful:  # read now: an erased node has no arguments left
-            self.erased_effectful.append(node)
+        self.notify_erased_each([node])
+
+    def notify_erased_each(self, nodes: list[Node]) -> None:
+        self.erased.extend(nodes)
+        kept = self.erased_args
+        for node in nodes:
+            kept[node] = (node._args, node._kwargs)  # FX's own objects: it replaces them on erase
+            if effect(node).effectful:  # read now: an erased node has no arguments left
+                self.erased_effectful.append(node)
+
+    def _inputs_of(self, n: Node) -> list[Node]:
+        """``n``'s input nodes; an erased node's as they were when the step erased it."""
+        if not n._erased:
+            return n.all_input_nodes
+        args = self.erased_args.get(n)
+        if args is None:
+            return []
+        found: list[Node] = []
+        torch.fx.node.map_arg(args, found.append)
+        return list(dict.fromkeys(found))
 
     def notify_replaced(self, old: Node, new: Node, users: list[Node]) -> None:
-        self.moves.append((old, new, users))
-        self.rewired.extend(users)
-        self.output_node = self.output_node or next((u for u in users if u.op == "output"), None)
+        self.notify_replaced_each([(old, new, users)])
+
+    def notify_replaced_each(self, moves: list[tuple[Node, Node, list[Node]]]) -> None:
+        self.moves.extend(moves)
+        rewired = self.rewired
+        for _, _, users in moves:
+            rewired.extend(users)
+        if self.output_node is None:
+            self.output_node = next((u for _, _, users in moves for u in users if u.op == "output"), None)
 
     def notify_modified(self, node: Node, old_inputs: list[Node]) -> None:
         self.rewired.append(node)
@@ -378,8 +400,7 @@ class StepCheck(Listener):
             return pos[n] if got is None else got
 
         def reads(e: Node) -> set:
-            ins = self.erased_inputs.get(e) if e._erased else e.all_input_nodes
-            return {c for i in ins or () for c in ge.written_classes(i)}
+            return {c for i in self._inputs_of(e) for c in ge.written_classes(i)}
 
         regions = {ge.region(e, at=pos[e]) for e in erased}
         if len(regions) > 1:
@@ -416,7 +437,7 @@ class StepCheck(Listener):
                     f"{new.name} comes from another grad-mode or autocast region than {old.name}, which it would replace"
                 )
             if new not in place and old in pos:  # an existing value: computed in the same state?
-                ins = self.erased_inputs.get(old, []) if old._erased else old.all_input_nodes
+                ins = self._inputs_of(old)
                 miss = snapshot_miss(ge, old, ins, new, pos[old], pos[new])
                 if miss:
                     raise UnsafeRewrite(str(miss))
