@@ -312,33 +312,49 @@ class Rewriter:
         self._erase_each(olds)
 
     def _flush_moves(self, moves: list[tuple[Node, Node, list[Node]]]) -> None:
-        """Rewire every ``(old, new, users)`` of ``moves`` (as :meth:`_rewire`, journaled as one
-        entry) and tell the listeners once; empties ``moves``."""
+        """Rewire every ``(old, new, users)`` of ``moves`` (as :meth:`_rewire` would, one move after
+        the other; journaled as one entry) and tell the listeners once; empties ``moves``.
+
+        A user that takes several of the replacements (the next layer's ``stack`` of all ``k``
+        members) has its arguments rewritten once with all of them, not once per member (FX
+        rebuilds a node's arguments and its inputs' users on each replacement: ``k`` times a
+        ``k``-long list). That is the graph the moves make one after the other, users order
+        included: each replacement re-adds its user as the last user of every input it reads,
+        so the users are rewritten in the order of their last replacement (no new node is an
+        old one here: ``replace_each`` replaces members by new pieces)."""
         if not moves:
             return
         saved = self._users_saved
         journal = self._journal
-        changed = self.changed
-        first = self._first_args
-        replace = self._replace_input
-        entries = []
+        swaps: dict[Node, dict[Node, Node]] = {}  # user -> {old: new}, in order of its last move
         everyone: list[Node] = []
         for old, new, users in moves:
             for n in (old, new):
                 if id(n) not in saved:
                     saved.add(id(n))
                     journal.append(("users", n, list(n.users)))
-            self._inside += 1
-            try:
-                for u in users:
-                    entries.append((u, u.args, u.kwargs))
-                    first.setdefault(u, u.args)
-                    replace(u, old, new)
-                    changed[u] = None
-            finally:
-                self._inside -= 1
+            for u in users:
+                swap = swaps.pop(u, None) or {}
+                swap[old] = new
+                swaps[u] = swap
             everyone.extend(users)
-        journal.append(("args-each", entries))
+        journal.append(("args-each", [(u, u.args, u.kwargs) for u in swaps]))
+        first, changed = self._first_args, self.changed
+        replace = self._replace_input
+        at_once = replace is not Node.replace_input_with  # no foreign replace hook to call per move
+        self._inside += 1
+        try:
+            for u, swap in swaps.items():
+                first.setdefault(u, u.args)
+                if at_once and len(swap) > 1:
+                    get = swap.get
+                    u._update_args_kwargs(map_arg(u._args, lambda n: get(n, n)), map_arg(u._kwargs, lambda n: get(n, n)))
+                else:
+                    for old, new in swap.items():
+                        replace(u, old, new)
+                changed[u] = None
+        finally:
+            self._inside -= 1
         aliasing.touch(self.graph, everyone)
         group = list(moves)
         moves.clear()
