@@ -1,23 +1,18 @@
 """The Rewriter: every graph change a pattern makes goes through it (MLIR's
-``RewriterBase`` and its ``Listener``, mlir/include/mlir/IR/PatternMatch.h).
+``RewriterBase``, mlir/include/mlir/IR/PatternMatch.h).
 
-A pattern's ``fuse``/``rewrite`` receives a :class:`Rewriter` instead of the FX Graph
-and changes the graph only with its five operations: :meth:`Rewriter.create` (and
-:meth:`Rewriter.call`), :meth:`Rewriter.replace_all_uses`, :meth:`Rewriter.replace_input`,
-:meth:`Rewriter.erase` and :meth:`Rewriter.modify`. Each is
-
-* told to every :class:`Listener` (recording, the engine's indexes and the layout check
-  are listeners, not conventions), and
-* written to a per-step journal, so :meth:`Rewriter.rollback` restores exactly the
-  graph before the step: the same Node objects, in the same list order, with the same
-  arguments, users (in the same order) and metadata.
-
-:meth:`Rewriter.validate` checks what a step left behind where it changed the graph: no
-use of an erased node or a node of another graph, no cycle through a changed edge
-(O(nodes the step touched) with the engine's level numbering, which bounds the walk),
-no output node gone. While a step is open the GraphModule's own create / erase /
-replace hooks refuse any change made around the Rewriter (``graph.erase_node`` directly,
-say), so it is rolled back instead of half-recorded.
+A pattern's ``fuse``/``rewrite`` changes the graph only with the Rewriter's operations:
+:meth:`Rewriter.create` (:meth:`Rewriter.call`, :meth:`Rewriter.getitems`),
+:meth:`Rewriter.replace_all_uses`, :meth:`Rewriter.replace_input`, :meth:`Rewriter.replace_each`
+(a fused group's members by its pieces), :meth:`Rewriter.erase` and :meth:`Rewriter.modify`.
+Each is told to every :class:`~optimus_lens.core.listener.Listener` (recording, the engine's
+indexes and the checks are listeners, not conventions) and written to the step's journal
+(:mod:`optimus_lens.core.journal`), so :meth:`Rewriter.rollback` restores exactly the graph
+before the step. :meth:`Rewriter.validate` checks what a step left where it changed the graph:
+no use of an erased node or of another graph's, no cycle through a changed edge (bounded by
+the engine's level numbering), no output node gone. While a step is open the GraphModule's own
+create / erase / replace hooks refuse a change made around the Rewriter, so it is rolled back
+instead of half-recorded.
 """
 
 from __future__ import annotations
@@ -35,83 +30,12 @@ from torch.fx.node import map_arg
 
 from optimus_lens.core import aliasing, meta
 from optimus_lens.core import strides as _layout
+from optimus_lens.core.argscan import nodes_in, scan, swap_in, target_text
 from optimus_lens.core.effects import effect
 from optimus_lens.core.hooks import node_hooks
 from optimus_lens.core.index import find_cycle
-
-
-class Listener:
-    """Told of every change a Rewriter makes (MLIR ``RewriterBase::Listener``). Methods
-    default to doing nothing; ``rolled_back`` is called after a rollback so a listener
-    that buffers the step's changes drops them."""
-
-    def notify_inserted(self, node: Node) -> None:
-        pass
-
-    def notify_erased(self, node: Node) -> None:
-        """Called before ``node`` is removed (its inputs are still readable)."""
-
-    def notify_replaced(self, old: Node, new: Node, users: list[Node]) -> None:
-        """``users`` now read ``new`` where they read ``old``."""
-
-    def notify_modified(self, node: Node, old_inputs: list[Node]) -> None:
-        """``node``'s arguments were changed in place; ``old_inputs`` were its input nodes before."""
-
-    def rolled_back(self) -> None:
-        pass
-
-    def notify_inserted_each(self, nodes: list[Node]) -> None:
-        """Several nodes created as one operation (:meth:`Rewriter.getitems`): the same as
-        :meth:`notify_inserted` for each in order, which is what this default does."""
-        for n in nodes:
-            self.notify_inserted(n)
-
-    def notify_replaced_each(self, moves: list[tuple[Node, Node, list[Node]]]) -> None:
-        """Several replacements made as one operation (:meth:`Rewriter.replace_each`): the same
-        as :meth:`notify_replaced` for each ``(old, new, users)`` in order, which is what this
-        default does; a listener may take the group at once."""
-        for old, new, users in moves:
-            self.notify_replaced(old, new, users)
-
-    def notify_erased_each(self, nodes: list[Node]) -> None:
-        """Several nodes about to be erased as one operation (:meth:`Rewriter.replace_each`),
-        none of them an input of another, all still in the graph: the same as
-        :meth:`notify_erased` for each in order, which is what this default does."""
-        for n in nodes:
-            self.notify_erased(n)
-
-
-class LayoutCheck(Listener):
-    """The engine-level layout check, a Rewriter listener: collects every replacement of
-    one step (all uses moved, one use moved, arguments changed in place) and, in
-    :meth:`verify`, fails the step with :class:`optimus_lens.core.strides.LayoutError` if the new
-    value's strides (from its FakeTensor ``example_value``) differ from the old one's and
-    a moved use sees the difference (:func:`optimus_lens.core.strides.broken_use`)."""
-
-    def __init__(self):
-        self.moves: list[tuple[Node, Node, list[Node]]] = []
-
-    def notify_replaced(self, old: Node, new: Node, users: list[Node]) -> None:
-        self.moves.append((old, new, users))
-
-    def notify_modified(self, node: Node, old_inputs: list[Node]) -> None:
-        now = node.all_input_nodes
-        gone = [i for i in old_inputs if i not in now]
-        came = [i for i in now if i not in old_inputs]
-        if len(gone) == 1 and len(came) == 1:
-            self.moves.append((gone[0], came[0], [node]))
-
-    def rolled_back(self) -> None:
-        self.moves = []
-
-    def verify(self) -> None:
-        for old, new, users in self.moves:
-            if new._erased:
-                continue
-            live = [u for u in users if not u._erased and new in u._input_nodes]  # a dict: O(1)
-            bad = _layout.broken_use(old, new, live)
-            if bad is not None:
-                raise _layout.LayoutError(_layout.mismatch_message(old, new, *bad))
+from optimus_lens.core.journal import MISSING, undo
+from optimus_lens.core.listener import LayoutCheck, Listener  # noqa: F401 - published here too
 
 
 class InvalidGraph(RuntimeError):
@@ -144,7 +68,9 @@ class Rewriter:
         self._users_saved: set[int] = set()
         self._meta_saved: set[tuple[int, str]] = set()
         self.created: list[Node] = []
-        self._fresh: set[int] = set()  # ids of the created nodes: a rollback unlinks them, so their metas need no journal
+        self._fresh: set[int] = (
+            set()
+        )  # ids of the created nodes: a rollback unlinks them, so their metas need no journal
         self._first_args: dict[Node, tuple] = {}  # each node's arguments before the step first changed them
         self.changed: dict[Node, None] = {}  # nodes whose inputs this step changed
         self.erased: list[Node] = []
@@ -178,7 +104,7 @@ class Rewriter:
         args = tuple(args)
         kwargs = dict(kwargs or {})
         inputs: list[Node] = []
-        sym = _scan((args, kwargs), inputs)
+        sym = scan((args, kwargs), inputs)
         if sym is not None:
             raise SymbolicSize(
                 f"the rewrite would write the symbolic size {sym} into a {target_text(target)} "
@@ -347,8 +273,7 @@ class Rewriter:
             for u, swap in swaps.items():
                 first.setdefault(u, u.args)
                 if at_once and len(swap) > 1:
-                    get = swap.get
-                    u._update_args_kwargs(map_arg(u._args, lambda n: get(n, n)), map_arg(u._kwargs, lambda n: get(n, n)))
+                    u._update_args_kwargs(map_arg(u._args, swap_in(swap)), map_arg(u._kwargs, swap_in(swap)))
                 else:
                     for old, new in swap.items():
                         replace(u, old, new)
@@ -441,7 +366,7 @@ class Rewriter:
         self._first_args.setdefault(node, node.args)
         new_args = node.args if args is None else tuple(args)
         new_kwargs = dict(node.kwargs) if kwargs is None else dict(kwargs)
-        for i in {*old_inputs, *_nodes_in((new_args, new_kwargs))}:
+        for i in {*old_inputs, *nodes_in((new_args, new_kwargs))}:
             self._save_users(i)
         node.args, node.kwargs = new_args, new_kwargs
         self.changed[node] = None
@@ -484,7 +409,7 @@ class Rewriter:
     def _save_meta(self, node: Node, key: str) -> None:
         if (id(node), key) not in self._meta_saved:
             self._meta_saved.add((id(node), key))
-            self._journal.append(("meta", node, key, node.meta.get(key, _MISSING)))
+            self._journal.append(("meta", node, key, node.meta.get(key, MISSING)))
 
     def refresh_views(self) -> list[Node]:
         """Recompute the example value of every node this step rewired that may share its
@@ -659,94 +584,14 @@ class Rewriter:
             raise InvalidGraph("cycle: " + " -> ".join(c.name for c in cycle))
 
     def rollback(self) -> None:
-        """Undo every change of the step, newest first, then tell the listeners."""
-        g = self.graph
-        aliasing.touch(g, [n for e in self._journal for n in ([u for u, _, _ in e[1]] if e[0] == "args-each" else [e[1]])])
-        for entry in reversed(self._journal):
-            kind = entry[0]
-            if kind == "create":
-                if not entry[1]._erased:
-                    _unlink(g, entry[1])
-            elif kind == "erase":
-                _, n, prev, args, kwargs = entry
-                _relink(g, n, prev, args, kwargs)
-            elif kind == "args":
-                _, n, args, kwargs = entry
-                n.args, n.kwargs = args, kwargs
-            elif kind == "args-each":
-                for n, args, kwargs in reversed(entry[1]):
-                    n.args, n.kwargs = args, kwargs
-            elif kind == "users":
-                _, n, order = entry
-                users = n.users
-                if set(users) == set(order):
-                    users.clear()
-                    users.update(dict.fromkeys(order))
-            elif kind == "meta-all":
-                _, n, saved = entry
-                n.meta.clear()
-                n.meta.update(saved)
-            elif kind == "meta":
-                _, n, key, old = entry
-                if old is _MISSING:
-                    n.meta.pop(key, None)
-                else:
-                    n.meta[key] = old
+        """Undo every change of the step, newest first (:func:`optimus_lens.core.journal.undo`),
+        then tell the listeners."""
+        undo(self.graph, self._journal)
         self._journal.clear()
         self._first_args.clear()
         for lst in self.listeners:
             lst.rolled_back()
 
 
-_MISSING = object()
 #: the metas :meth:`Rewriter.carry_meta` gives a replacement
 CARRIED_META = ("stack_trace", "nn_module_stack", "seq_nr", "from_node")
-
-
-def target_text(target: Any) -> str:
-    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
-
-
-_SYM = (torch.SymInt, torch.SymFloat, torch.SymBool)
-
-
-def _scan(x: Any, nodes: list[Node]) -> Any:
-    """Collect the Nodes in an argument structure into ``nodes``; return its first SymInt /
-    SymFloat / SymBool, or None (one walk, cheaper than pytree for long node lists)."""
-    if isinstance(x, Node):
-        nodes.append(x)
-        return None
-    if isinstance(x, (tuple, list, dict)):
-        found = None
-        for v in x.values() if isinstance(x, dict) else x:
-            r = _scan(v, nodes)
-            found = found if found is not None else r
-        return found
-    if isinstance(x, slice):
-        return _scan((x.start, x.stop, x.step), nodes)
-    return x if isinstance(x, _SYM) else None
-
-
-def _nodes_in(x: Any) -> list[Node]:
-    out: list[Node] = []
-    map_arg(x, out.append)
-    return out
-
-
-def _unlink(g: Graph, n: Node) -> None:
-    """Remove a node created by the step without calling the GraphModule's hooks."""
-    g._find_nodes_lookup_table.remove(n)
-    n._remove_from_list()
-    n._erased = True
-    g._len -= 1
-    n.args, n.kwargs = map_arg(n.args, lambda _: None), map_arg(dict(n.kwargs), lambda _: None)
-
-
-def _relink(g: Graph, n: Node, prev: Node, args: tuple, kwargs: dict) -> None:
-    """Put an erased node back after ``prev`` with its arguments (and so its uses)."""
-    n._prev = n._next = n
-    n._erased = False
-    prev._next._prepend(n)
-    g._len += 1
-    g._find_nodes_lookup_table.insert(n)
-    n.args, n.kwargs = args, kwargs
