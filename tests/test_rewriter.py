@@ -386,3 +386,15 @@ def test_a_group_replacement_is_the_single_replacements_it_stands_for_and_rolls_
     rw1.rollback()
     assert fingerprint(c1.gm.graph) == before
     c1.gm.graph.lint()
+
+
+def test_erase_each_erases_users_first_and_refuses_a_kept_use_before_any_change():
+    c, rw, ub = _unbind_graph()
+    with rw.inserting_after(ub):
+        pieces = rw.getitems(ub, 3)
+    before = fingerprint(c.gm.graph)
+    with pytest.raises(RuntimeError, match="still has users"):
+        rw.erase_each([ub, *pieces])  # the unbind's pieces still read it
+    assert fingerprint(c.gm.graph) == before
+    rw.erase_each([*pieces, ub, pieces[0]])
+    assert all(n._erased for n in (*pieces, ub)) and rw.erased[-4:] == [*pieces, ub]

@@ -43,8 +43,8 @@ class Listener:
             self.notify_replaced(old, new, users)
 
     def notify_erased_each(self, nodes: list[Node]) -> None:
-        """Several nodes about to be erased as one operation (:meth:`Rewriter.replace_each`),
-        none of them an input of another, all still in the graph: the same as
+        """Several nodes about to be erased, in this order, as one operation
+        (:meth:`Rewriter.erase_each`), all still in the graph with their inputs: the same as
         :meth:`notify_erased` for each in order, which is what this default does."""
         for n in nodes:
             self.notify_erased(n)

@@ -235,7 +235,7 @@ class Rewriter:
                 continue
             moves.append((old, new, users))
         self._flush_moves(moves)
-        self._erase_each(olds)
+        self.erase_each(olds)
 
     def _flush_moves(self, moves: list[tuple[Node, Node, list[Node]]]) -> None:
         """Rewire every ``(old, new, users)`` of ``moves`` (as :meth:`_rewire` would, one move after
@@ -298,14 +298,19 @@ class Rewriter:
             return Node.replace_input_with
         return core
 
-    def _erase_each(self, nodes: list[Node]) -> None:
-        """Erase ``nodes`` (each without users) as one operation: the listeners are told of all
-        of them first (:meth:`Listener.notify_erased_each`, their inputs still readable), then
-        each is erased in order, journaled as :meth:`erase` journals it."""
-        nodes = [n for n in nodes if not n._erased]
+    def erase_each(self, nodes: list[Node]) -> None:
+        """:meth:`erase` of each of ``nodes`` in order (one already erased is passed over), as
+        one operation: the listeners are told of all of them first
+        (:meth:`Listener.notify_erased_each`, their inputs still readable), then each is erased,
+        journaled as :meth:`erase` journals it. Raises RuntimeError, before any change, if a node
+        has a user that is not erased before it (a user must come earlier in ``nodes``)."""
+        nodes = [n for n in dict.fromkeys(nodes) if not n._erased]
+        gone: set[Node] = set()
         for n in nodes:
-            if n.users:
-                raise RuntimeError(f"cannot erase {n.name}: it still has users {[u.name for u in n.users]}")
+            kept = [u.name for u in n.users if u not in gone]
+            if kept:
+                raise RuntimeError(f"cannot erase {n.name}: it still has users {kept}")
+            gone.add(n)
         saved = self._users_saved
         journal = self._journal
         for n in nodes:
