@@ -252,3 +252,38 @@ def test_anchored_patterns_refuse_other_ops_and_need_ends_the_match_with_the_mis
         assert p.match(cat) == "no list"
     finally:
         cat.args = old
+
+
+def test_pieces_answers_as_its_checks_one_by_one_do(monkeypatch):
+    """The one-pass check of a list of pieces against the three checks made one by one
+    (forced by making the one pass always unsure): the same bindings, or the same reason."""
+    import operator
+
+    from torch.fx import Graph
+
+    from optimus_lens.core import lang
+
+    g = Graph()
+    x = g.placeholder("x")
+    x.meta["example_value"] = torch.zeros(3, 2)
+    u, v = g.call_function(torch.unbind, (x,)), g.call_function(torch.unbind, (x,))
+    for p in (u, v):
+        p.meta["example_value"] = tuple(torch.zeros(2) for _ in range(3))
+    us = [g.call_function(operator.getitem, (u, i)) for i in range(3)]
+    vs = [g.call_function(operator.getitem, (v, i)) for i in range(3)]
+    odd = g.call_function(operator.getitem, (u, True))  # True == 1: taken as piece 1
+    lists = [us, us[::-1], us[:2], [us[0], vs[1], us[2]], [us[0], x, us[2]], [x, *us], [us[0], odd, us[2]], us + us]
+    stacks = [g.call_function(torch.stack, (list(ps),)) for ps in lists]
+    pattern = Op(torch.stack, Pieces(Op(torch.unbind, Var("y")), name="ps"), name="s")
+
+    def answers():
+        out = []
+        for s in stacks:
+            got = match(pattern, s)
+            out.append((str(got), got.partial) if isinstance(got, Miss) else (dict(got), got.nodes))
+        return out
+
+    fast = answers()
+    monkeypatch.setattr(lang, "_in_order", lambda value: lang._UNSURE)
+    assert answers() == fast
+    assert [isinstance(a, str) for a, _ in fast] == [False, True, True, True, True, True, False, True]

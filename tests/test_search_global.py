@@ -293,3 +293,39 @@ def test_the_global_search_keys_only_nodes_whose_group_hint_is_shared(monkeypatc
     assert sorted(module_path(names[n])[0] for n in set(hinted)) == ["k", "q", "v"]
     # without hints: the towers' 4 linears and the fused one are keyed too
     assert len(set(keyed)) == 8 and set(hinted) < set(keyed)
+
+
+def _depths_by_definition(members: list[Node]) -> dict[Node, int]:
+    """The most members on one path strictly above each member, from full ancestor walks."""
+    member = set(members)
+    above = {v: _ancestors(v) & member for v in members}
+
+    @functools.cache
+    def depth(v: Node) -> int:
+        return max((depth(u) + 1 for u in above[v]), default=0)
+
+    return {v: depth(v) for v in members}
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**31), st.integers(5, 40), st.sampled_from([0.0, 0.2, 0.6]), st.sampled_from([0, 4, 10_000]))
+def test_member_depths_by_the_list_span_and_by_the_region_walk_match_the_definition(seed, size, far, per_member):
+    """per_member 0: always the walk over inputs (the span is never short enough); 10,000:
+    always the list span; 4: whichever the class's spread picks."""
+    import random
+
+    from optimus_lens.core import search
+    from optimus_lens.core.index import GraphIndex
+
+    gm = random_dag(seed, size, far)
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    rng = random.Random(seed)
+    members = rng.sample(nodes, k=rng.randint(1, len(nodes)))
+    saved = search.SPAN_PER_MEMBER, search.SPAN_SLACK
+    search.SPAN_PER_MEMBER, search.SPAN_SLACK = per_member, 0 if per_member == 0 else saved[1]
+    try:
+        got = search.member_depths(members, GraphIndex(gm.graph))
+    finally:
+        search.SPAN_PER_MEMBER, search.SPAN_SLACK = saved
+    assert list(got) == members
+    assert got == _depths_by_definition(members)

@@ -34,7 +34,6 @@ The parts:
 
 from __future__ import annotations
 
-import inspect
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
     from optimus_lens.core.rewriter import Rewriter
 
 from optimus_lens.core.aliasing import region_miss
+from optimus_lens.core.callargs import bind
 from optimus_lens.core.effects import writes_inputs
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.pattern import Match, RewritePattern
@@ -67,6 +67,14 @@ class Bindings(dict):
         if node not in self._seen:
             self._seen.add(node)
             self.nodes.append(node)
+
+    def add_all(self, nodes: Iterable[Node]) -> None:
+        """:meth:`add` each of ``nodes``, in order (one call for a list of pieces)."""
+        seen, out = self._seen, self.nodes
+        for n in nodes:
+            if n not in seen:
+                seen.add(n)
+                out.append(n)
 
 
 #: keyword spellings of one parameter across an op's spellings (``torch.split`` vs ``Tensor.split``)
@@ -368,6 +376,31 @@ class Pieces(Pat):
     def _match(self, value, b, path):
         if not isinstance(value, (list, tuple)) or not value:
             return _fail(path, f"is {_text(value)}, not a list of pieces")
+        parent = _in_order(value)
+        if parent is _UNSURE:  # the checks one by one, which say why one fails
+            miss = self._order_miss(value, path)
+            if miss is not None:
+                return miss
+            parent = value[0].args[0]
+        total = parent.meta.get("example_value") if isinstance(parent, Node) else None
+        if not isinstance(total, (list, tuple)):
+            return _fail(path, f"producer {_text(parent)} has no tuple example value")
+        if len(total) != len(value):
+            return _fail(path, f"{len(value)} of {_text(parent)}'s {len(total)} pieces are taken")
+        if isinstance(b, Bindings):
+            b.add_all(value)
+        miss = self.producer._match(parent, b, f"{path}[*]")
+        if miss is not None:
+            return miss
+        if self.name is not None:
+            return Var(self.name)._match(list(value), b, path)
+        return None
+
+    @staticmethod
+    def _order_miss(value: list | tuple, path: str) -> Miss | None:
+        """Why ``value`` (a non-empty list) is not ``getitem(P, 0) .. getitem(P, n-1)`` of
+        one ``P``: the first entry that is no getitem, else pieces of two producers, else
+        the indices out of order; None when it is."""
         bad = next(
             (
                 v
@@ -384,72 +417,33 @@ class Pieces(Pat):
         idx = [v.args[1] for v in value]
         if idx != list(range(len(value))):
             return _fail(path, f"pieces are not taken in order 0..{len(value) - 1} (indices {idx})")
-        total = parent.meta.get("example_value") if isinstance(parent, Node) else None
-        if not isinstance(total, (list, tuple)):
-            return _fail(path, f"producer {_text(parent)} has no tuple example value")
-        if len(total) != len(value):
-            return _fail(path, f"{len(value)} of {_text(parent)}'s {len(total)} pieces are taken")
-        if isinstance(b, Bindings):
-            for v in value:
-                b.add(v)
-        miss = self.producer._match(parent, b, f"{path}[*]")
-        if miss is not None:
-            return miss
-        if self.name is not None:
-            return Var(self.name)._match(list(value), b, path)
         return None
 
     def describe(self) -> str:
         return f"pieces({self.producer.describe()})"
 
 
-# --------------------------------------------------------------------------- binding arguments
+_UNSURE = object()  # what _in_order returns when the checks must be made one by one
 
 
-def _signatures(node: Node) -> list[inspect.Signature]:
-    """Candidate Python signatures for the node's target: an ATen/prims op overload's own
-    schema (``aten.addmm.default`` -> ``(input, mat1, mat2, *, beta=1, alpha=1)``; its
-    ``__call__`` is only ``*args, **kwargs``), ``inspect.signature`` of a Python function,
-    else the TorchScript schemas of a torch builtin (a method name is looked up as the
-    ``torch`` function of that name, whose first parameter is the tensor)."""
-    from torch.fx.operator_schemas import get_signature_for_torch_op
-
-    target: Any = node.target
-    if node.op == "call_method":
-        target = getattr(torch, str(target), None)
-        if target is None:
-            return []
-    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return get_signature_for_torch_op(target) or []
-    try:
-        return [inspect.signature(target)]
-    except (TypeError, ValueError):
-        pass
-    try:
-        return get_signature_for_torch_op(target) or []
-    except Exception:  # noqa: BLE001 - an op torch has no schema for: fall back to positions
-        return []
-
-
-def bind(node: Node) -> dict | Miss:
-    """The node's arguments by parameter name, defaults filled in, in signature order:
-    ``cat([a, b], 1)`` -> ``{"tensors": [a, b], "dim": 1}``. The first signature the
-    arguments bind to wins (schemas of one op share parameter names). A node whose op
-    has no known signature gets positional names ``arg0, arg1, ...`` plus its keywords.
-    Returns a Miss when the arguments fit no signature."""
-    sigs = _signatures(node)
-    for sig in sigs:
-        try:
-            ba = sig.bind(*node.args, **node.kwargs)
-        except TypeError:
-            continue
-        ba.apply_defaults()
-        return dict(ba.arguments)
-    if sigs:
-        return Miss(f"arguments of {node.name} fit no signature of {node.target}")
-    out = {f"arg{i}": a for i, a in enumerate(node.args)}
-    out.update(node.kwargs)
-    return out
+def _in_order(value: list | tuple) -> Any:
+    """``P`` when the non-empty ``value`` is plainly ``[getitem(P, 0), ..., getitem(P,
+    n-1)]`` (every entry a getitem call with two arguments, all of one producer, the
+    int ``i`` at place ``i``), else ``_UNSURE``: one pass instead of the three of
+    :meth:`Pieces._order_miss`, which is asked whenever this is unsure (it accepts what
+    this accepts, and says why it refuses)."""
+    getitem = operator.getitem
+    first = value[0]
+    if not (isinstance(first, Node) and first.target is getitem and first.op == "call_function" and first._args):
+        return _UNSURE
+    parent = first._args[0]
+    for i, v in enumerate(value):
+        if not (isinstance(v, Node) and v.target is getitem and v.op == "call_function"):
+            return _UNSURE
+        args = v._args
+        if len(args) != 2 or args[0] is not parent or type(args[1]) is not int or args[1] != i:
+            return _UNSURE
+    return parent
 
 
 # --------------------------------------------------------------------------- matching

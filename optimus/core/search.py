@@ -336,30 +336,90 @@ def independent_subsets(
 EXACT_LIMIT = 256
 
 
+#: :func:`member_depths` walks the node list from the first member to the last while that
+#: stretch holds at most this many nodes per member (plus ``SPAN_SLACK``)
+SPAN_PER_MEMBER = 4
+SPAN_SLACK = 64
+
+
 def member_depths(members: list[Node], index: GraphIndex) -> dict[Node, int]:
     """For each of ``members``: the largest number of members on one producer path above
     it (0 for a member no other member reaches). Members of equal depth are mutually
     independent (a member above another has a smaller depth), so the depths split the
     class into anti-chains; the first (depth 0) is the set of its minimal elements.
-    Walks only nodes at or above the lowest member's level; O(nodes and edges walked)."""
-    level = index.level
-    floor = min(level[n] for n in members)
+
+    One pass in a topological order gives each node the most members on a path ending at
+    it, itself included (:func:`_most_members`). The nodes passed: the stretch of the
+    node list from the first member to the last (:func:`_span`), which holds every path
+    between members, when it is at most ``SPAN_PER_MEMBER`` nodes per member long (a
+    class spread over the graph, such as every linear of the towers: the list is walked
+    in memory order, about three times faster per node than a walk over inputs);
+    otherwise only the members and their producers at or above the lowest member's level
+    (:func:`_region`; nothing below that level reaches a member), sorted by level. Either
+    way O(members + nodes and edges walked), and the list walk, when taken, is at most
+    ``SPAN_PER_MEMBER`` (+ slack) nodes per member."""
     member = set(members)
-    above: dict[Node, int] = {}  # node -> most members on a path strictly above it
-    for start in members:
-        stack = [start]
-        while stack:
-            m = stack[-1]
-            if m in above:
-                stack.pop()
-                continue
-            pending = [i for i in m._input_nodes if i not in above and level[i] >= floor]
-            if pending:
-                stack.extend(pending)
-                continue
-            stack.pop()
-            above[m] = max((above[i] + (i in member) for i in m._input_nodes if level[i] >= floor), default=0)
+    pos = index.pos
+    first = min(member, key=pos.__getitem__)
+    last = max(member, key=pos.__getitem__)
+    order = _span(first, last, SPAN_PER_MEMBER * len(member) + SPAN_SLACK)
+    if order is None:
+        level = index.level
+        order = _region(member, level, min(level[n] for n in member))
+        order.sort(key=level.__getitem__)  # every edge goes up a level: inputs come first
+    above = _most_members(order, member)
     return {n: above[n] for n in members}
+
+
+def _span(first: Node, last: Node, limit: int) -> list[Node] | None:
+    """The nodes of the list from ``first`` to ``last`` (both included, in list order), or
+    None when there are more than ``limit``. A node before ``first`` in a topologically
+    ordered list is no member's descendant."""
+    out = [first]
+    n = first
+    while n is not last:
+        if len(out) >= limit:
+            return None
+        n = n._next
+        out.append(n)
+    return out
+
+
+def _region(members: set[Node], level: dict[Node, int], floor: int) -> list[Node]:
+    """``members`` and every producer of one at or above level ``floor``, each once (a
+    walk over inputs that does not enter nodes below ``floor``)."""
+    seen = set(members)
+    out = list(seen)
+    stack = list(out)
+    while stack:
+        for i in stack.pop()._input_nodes:  # FX's dict of the node's inputs
+            if i not in seen and level[i] >= floor:
+                seen.add(i)
+                out.append(i)
+                stack.append(i)
+    return out
+
+
+def _most_members(order: list[Node], member: set[Node]) -> dict[Node, int]:
+    """For each member in ``order``: the most members on one path strictly above it.
+    ``order`` is topological (inputs first) and holds, with each member, every node on a
+    path between two members; an input not in ``order`` counts as having no member above
+    it or in it (it lies before the first member in the list, or below the lowest
+    member's level)."""
+    upto: dict[Node, int] = {}  # node -> most members on a path ending at it, itself included
+    get = upto.get
+    above: dict[Node, int] = {}
+    for m in order:
+        best = 0
+        for i in m._input_nodes:
+            u = get(i)
+            if u is not None and u > best:
+                best = u
+        if m in member:
+            above[m] = best
+            best += 1
+        upto[m] = best
+    return above
 
 
 def max_antichain(members: list[Node], index: GraphIndex) -> list[Node]:
@@ -415,16 +475,17 @@ def group_order(nodes: list[Node], index: GraphIndex, hops: int = 8) -> list[Nod
     with its neighbours' and the split/cat cleanups cancel them (upstream gets this from
     its breadth-first walk over the consumers' arguments)."""
     pos = index.pos
+    getitem = operator.getitem
 
     def provenance(n: Node) -> tuple:
         x = n
         for _ in range(hops):
-            ins = x.all_input_nodes
+            ins = x._input_nodes  # FX's dict of the node's inputs, in argument order
             if not ins:
                 break
-            x = ins[0]
-            if x.op == "call_function" and x.target is operator.getitem and isinstance(x.args[1], int):
-                return (pos[x.args[0]], x.args[1], pos[n])
+            x = next(iter(ins))
+            if x.target is getitem and x.op == "call_function" and isinstance(x._args[1], int):
+                return (pos[x._args[0]], x._args[1], pos[n])
         return (pos[x], 0, pos[n])
 
     return sorted(nodes, key=provenance)
