@@ -568,11 +568,23 @@ def _site(root: Node, b: Bindings) -> list[Node]:
 
 
 def _erase_dead(rw: Rewriter, nodes: list[Node]) -> None:
-    """Erase the matched nodes nothing uses any more, users before producers."""
+    """Erase the matched nodes nothing uses any more, users before producers: sweeps of
+    ``nodes`` in order, each taking every node whose users are all taken already, until a
+    sweep takes none; then one :meth:`Rewriter.erase_each` in that order (the stack, the 128
+    getitems and the unbind of an identity are one operation, not 130)."""
+    order: list[Node] = []
+    gone: set[Node] = set()
     changed = True
     while changed:
         changed = False
         for n in nodes:
-            if not n._erased and not n.users and n.op not in ("placeholder", "output"):
-                rw.erase(n)
+            if (
+                n not in gone
+                and not n._erased
+                and n.op not in ("placeholder", "output")
+                and all(u in gone for u in n.users)
+            ):
+                order.append(n)
+                gone.add(n)
                 changed = True
+    rw.erase_each(order)
