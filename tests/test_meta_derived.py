@@ -154,3 +154,25 @@ def test_a_stack_of_one_unbind_s_pieces_reads_them_as_alike_and_equals_the_dispa
     for xs in (list(px), [px[4], px[0], px[2]], [*px[:3], *py[:3]]):
         n = _node_on(xs, torch.stack, kwargs={"dim": 1})
         assert _layout(meta.infer(n)) == _layout(_dispatched(n))
+
+
+def test_layout_record_is_the_tensor_s_static_layout_kept_on_it(mode):
+    x = mode.from_tensor(torch.randn(6, 4, 8).transpose(1, 2))
+    rec = meta.layout_record(x)
+    assert rec == ((6, 8, 4), (32, 1, 8), torch.float32, "cpu") and meta.layout_record(x) is rec
+    assert meta.signature(_graph([x])[1][0]) == ((6, 8, 4), torch.float32, "cpu")
+    pieces = meta._unbound((mode.from_tensor(torch.randn(5, 3)), 0), {})
+    assert all(meta.layout_record(p) is meta.layout_record(pieces[0]) for p in pieces)  # one record, made once
+    assert meta.layout_record(pieces[0]) == ((3,), (1,), torch.float32, "cpu")
+    assert meta.layout_record(torch.randn(2)) is None  # a real tensor: no record
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    sym = FakeTensorMode(shape_env=ShapeEnv())
+    z = sym.from_tensor(
+        torch.randn(4, 3),
+        source=ConstantSource("z"),
+        symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC]),
+    )
+    assert meta.layout_record(z) is None  # symbolic sizes: no record, read each time
+    assert meta.signature(_graph([z])[1][0])[0][0] == str(z.shape[0])

@@ -56,9 +56,37 @@ def signature(node: Any) -> tuple | None:
     t = tensor(node)
     if t is None:
         return None
+    rec = layout_record(t)
+    if rec is not None:
+        return (rec[0], rec[2], rec[3])
     if t._has_symbolic_sizes_strides:
         return (tuple(d if type(d) is int else str(d) for d in t.shape), t.dtype, device_text(t.device))
     return (tuple(t.shape), t.dtype, device_text(t.device))
+
+
+_LAYOUT = "_optimus_layout"  # a FakeTensor's layout record, kept on it (layout_record)
+
+
+def layout_record(t: Any) -> tuple | None:
+    """``(sizes, strides, dtype, device text)`` of a strided FakeTensor with static sizes and
+    strides (plain int tuples), read once and kept on the tensor; None for any other value.
+    Example values are never changed in place once made, and a copy of one (which copies
+    what is kept on it) has its layout, so the record stays true. Pieces made alike by
+    :func:`fakes` share one record from the start."""
+    if type(t) is not FakeTensor:
+        return None
+    rec = t.__dict__.get(_LAYOUT)
+    if rec is None:
+        rec = _read_layout(t)
+        t.__dict__[_LAYOUT] = rec
+    return rec or None
+
+
+def _read_layout(t: FakeTensor) -> tuple:
+    """:func:`layout_record`'s reading (``()`` for a tensor that has no static record)."""
+    if t.layout is not torch.strided or t._has_symbolic_sizes_strides or t.is_nested:
+        return ()
+    return (tuple(t.shape), t.stride(), t.dtype, device_text(t.fake_device))
 
 
 @functools.lru_cache(maxsize=64)
@@ -246,7 +274,10 @@ def _stacked(args: tuple, kwargs: dict) -> Any:
         return None
     stride = first.stride()
     alike = siblings(xs)  # pieces of one unbind: each is laid out as the first
+    rec = layout_record(first)
     for x in () if alike else xs:  # attributes FakeTensor keeps as plain fields where it has them (128 inputs)
+        if rec is not None and type(x) is FakeTensor and x.fake_mode is mode and layout_record(x) == rec:
+            continue  # the same sizes, strides, dtype, device (and strided) as the first, read off its record
         if (
             not isinstance(x, FakeTensor)
             or x.fake_mode is not mode
@@ -309,6 +340,7 @@ def fakes(mode: Any, metas: tuple, device: torch.device, alike: bool = False) ->
     state = first.__dict__
     if alike:
         state[_SIBLINGS] = object()
+        layout_record(first)  # one record for all of them
     flag = torch._C._set_warn_deprecated_on_mutable_data_ptr if unsafe else torch._C._set_throw_on_mutable_data_ptr
     make = torch.Tensor._make_subclass
     out = [first]
