@@ -288,10 +288,8 @@ class Rewriter:
 
     @property
     def _replace_input(self) -> Callable[[Node, Node, Node], None]:
-        """``Node.replace_input_with`` as a function of (user, old, new); FX's core of it
-        (``Node._replace_input_with``, which the public method calls after the GraphModule's
-        replace hooks) where the only hook is this step's guard, which allows the Rewriter's
-        own changes."""
+        """``Node.replace_input_with`` as a function of (user, old, new), or FX's core of it (what it
+        calls after the GraphModule's replace hooks) where the only hook is this step's guard."""
         hooks = getattr(self.graph.owning_module, "_replace_hooks", None)
         core = getattr(Node, "_replace_input_with", None)
         if core is None or hooks and any(h is not self._guard for h in hooks):
