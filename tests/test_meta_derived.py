@@ -176,3 +176,36 @@ def test_layout_record_is_the_tensor_s_static_layout_kept_on_it(mode):
     )
     assert meta.layout_record(z) is None  # symbolic sizes: no record, read each time
     assert meta.signature(_graph([z])[1][0])[0][0] == str(z.shape[0])
+
+
+@pytest.mark.parametrize(
+    "target, extra",
+    [
+        (torch.transpose, (1, 2)),
+        (torch.transpose, (-1, 0)),
+        (torch.unsqueeze, (1,)),
+        (torch.unsqueeze, (-1,)),
+        (torch.unsqueeze, (3,)),
+    ],
+)
+def test_a_view_value_without_dispatch_equals_the_dispatched_one(mode, target, extra):
+    x = mode.from_tensor(torch.randn(6, 4, 8)[:, 1:, :])  # at a storage offset, not contiguous
+    n = _node_on([x], target, extra_args=extra, as_list=False)
+    got = meta.infer(n)
+    want = _dispatched(n)
+    assert meta._viewed(target, (x, *extra), {}) is not None  # read off the kernel, not dispatched
+    assert _layout(got) == _layout(want)
+    assert meta.storage_key(got) == meta.storage_key(x) == meta._read_storage_key(got)
+    with mode:  # it computes as the dispatched view does
+        assert _layout(got * 2) == _layout(want * 2)
+
+
+def test_a_view_the_kernel_refuses_or_of_a_tensor_with_history_is_dispatched(mode):
+    x = mode.from_tensor(torch.randn(4, 3))
+    assert meta._viewed(torch.transpose, (x, 0, 5), {}) is None  # the dispatch raises the op's error
+    n = _node_on([x], torch.transpose, extra_args=(0, 5), as_list=False)
+    with pytest.raises(IndexError):
+        meta.infer(n)
+    g = mode.from_tensor(torch.randn(4, 3, requires_grad=True))
+    assert meta._viewed(torch.unsqueeze, (g, 0), {}) is None
+    assert meta._viewed(torch.unsqueeze, (x,), {"dim": 0}) is None
