@@ -93,7 +93,8 @@ class BatchLinear(BatchPattern):
         o = linear_operands(node)
         if isinstance(o, Miss):
             return o
-        if not all(type(d) is int for d in meta.shape(o.x)):
+        xt = meta.tensor(o.x)  # a tensor: linear_operands checked it
+        if xt._has_symbolic_sizes_strides and not all(type(d) is int for d in xt.shape):
             return Miss("input has symbolic sizes (dynamic shapes): the batched matmul is built for static ones")
         return fusion_key(node, ("batch_linear", o.form, tensor_key(o.x), tensor_key(o.w), tensor_key(o.b)))
 
@@ -408,7 +409,8 @@ class BatchUnary(BatchPattern):
         if isinstance(a, Miss):
             return a
         x = a.pop("input")
-        if meta.tensor(x) is None or meta.tensor(node) is None:
+        out = meta.tensor(node)
+        if out is None or meta.tensor(x) is None:
             return Miss("input or output has no example value")
         for k, v in a.items():
             if isinstance(v, list):
@@ -420,7 +422,7 @@ class BatchUnary(BatchPattern):
         miss = self.refuse(a)
         if miss:
             return miss
-        return fusion_key(node, (self.name, tensor_key(x), meta.tensor(node).dtype, tuple(a.items())))
+        return fusion_key(node, (self.name, tensor_key(x), out.dtype, tuple(a.items())))
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         a = self.bound(nodes[0])

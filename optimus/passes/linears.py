@@ -71,10 +71,13 @@ def linear_operands(node: Node) -> LinearOperands | Miss:
     operands again."""
     hit = node.__dict__.get(_MEMO)
     if hit is not None and hit[0] is node.target and hit[1] is node._args and hit[2] is node._kwargs:
-        if all(a is meta.value(i) for a, i in zip(hit[3], node._input_nodes)):
+        for a, i in zip(hit[3], node._input_nodes):
+            if a is not meta.value(i):
+                break
+        else:
             return hit[4]
     got = _read_operands(node)
-    values = tuple(meta.value(i) for i in node._input_nodes)
+    values = tuple([meta.value(i) for i in node._input_nodes])
     object.__setattr__(node, _MEMO, (node.target, node._args, node._kwargs, values, got))  # not Node.__setattr__
     return got
 
