@@ -136,7 +136,10 @@ def effect(node: Node) -> NodeEffect:
         got = None
     if got is None:
         try:
-            got = _plain_effect(node, value) if node.op == "call_function" and is_plain(node) else None
+            if node.target is operator.getitem and node.op == "call_function":
+                got = _resolve(node)  # an alias of what it indexes, kept on it
+            elif node.op == "call_function" and is_plain(node):
+                got = _plain_effect(node, value)
             if got is None:
                 got = _resolve_shared(node, value)
         except Exception as e:  # noqa: BLE001 - an op we cannot read is unknown, not an error
@@ -155,15 +158,7 @@ def _plain_effect(node: Node, value: Any) -> NodeEffect | None:
     """:data:`_PLAIN_EFFECT` for a call of a plain target, unless its example value shares
     an input's storage (``aten._unsafe_view``: a view its schema does not declare), which
     :func:`_resolve` reads from the storages."""
-    if isinstance(value, torch.Tensor):  # the common case: one storage, compared by key
-        mine = meta.storage_key(value)
-        if mine is not None and any(holds_storage(meta.value(i), mine) for i in node._input_nodes):
-            return None
-        return _PLAIN_EFFECT
-    mine = storages(value)
-    if mine and any(storages(meta.value(i)) & mine for i in node._input_nodes):
-        return None
-    return _PLAIN_EFFECT
+    return None if shared_inputs(value, node._input_nodes) else _PLAIN_EFFECT
 
 
 _RESOLVED: dict = {}  # signature (see _resolve_shared) -> the answer with inputs as slot numbers
@@ -370,8 +365,8 @@ def returns_input(node: Node) -> Node | None:
     """The input node that ``node`` returns itself in eager mode (eval-mode ``F.dropout``,
     ``contiguous`` of a contiguous tensor, ``to`` its own dtype), else None; its example
     value may be a fresh FakeTensor all the same (Dynamo's is, for dropout)."""
-    if not isinstance(node, Node):
-        return None
+    if not isinstance(node, Node) or node.op != "call_function" and node.op != "call_method":
+        return None  # not a call (a placeholder, get_attr, output): computes nothing, PURE
     if node.op == "call_function" and (node.target is operator.getitem or is_plain(node)):
         return None  # a getitem is a view, never its input; a plain target returns no alias
     return effect(node).identity
@@ -395,7 +390,7 @@ def has_side_effects(node: Node) -> bool:
     return effect(node).effectful
 
 
-_PLAIN: dict = {}  # (op, target) -> whether every call of it is pure and alias-free
+_PLAIN: dict[str, dict] = {"call_function": {}, "call_method": {}}  # op -> target -> whether plain
 
 
 def is_plain(node: Node) -> bool:
@@ -408,15 +403,15 @@ def is_plain(node: Node) -> bool:
     (``aten._unsafe_view``) is read from its storages (:func:`effect`).
     The ``.out`` overloads (``Tag.out``) are left out: a call with ``out=`` is never plain.
     Memoised per target; the graph-wide analysis reads most nodes this way."""
-    if "out" in node._kwargs:  # the ``.out`` overloads write: read this call from its schema
+    table = _PLAIN.get(node.op)  # none for a placeholder, get_attr or output: no call is made
+    if table is None or "out" in node._kwargs:  # the ``.out`` overloads write: read this call from its schema
         return False
     try:
-        key = (node.op, node.target)
-        got = _PLAIN.get(key)
+        got = table.get(node.target)
     except TypeError:  # an unhashable target
         return False
     if got is None:
-        got = _PLAIN[key] = _plain(node)
+        got = table[node.target] = _plain(node)
     return got
 
 

@@ -19,6 +19,7 @@ ATen overloads it runs: what :mod:`optimus_lens.core.effects` reads an op's effe
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -272,14 +273,19 @@ def holds_storage(v: Any, key: Any) -> bool:
     return key in storages(v)
 
 
-def shared_inputs(value: Any, inputs: list[Node]) -> tuple[int, ...]:
+def shared_inputs(value: Any, inputs: Iterable[Node]) -> tuple[int, ...]:
     """The positions in ``inputs`` of the nodes whose example value shares a storage with
     ``value`` (``storages(meta.value(n)) & storages(value)``, compared by key for a tensor)."""
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor):  # the common case: one storage key, no sets
         mine = storage_key(value)
         if mine is None:
             return ()
-        return tuple(i for i, n in enumerate(inputs) if holds_storage(meta.value(n), mine))
+        out = []
+        for i, n in enumerate(inputs):
+            v = meta.value(n)
+            if storage_key(v) == mine if isinstance(v, torch.Tensor) else mine in storages(v):
+                out.append(i)
+        return tuple(out)
     ks = storages(value)
     if not ks:
         return ()
