@@ -17,6 +17,7 @@ from optimus_lens.core.index import GAP, LEVEL_SLACK, GraphIndex
 from optimus_lens.core.miss import Miss
 from optimus_lens.frontend.capture import capture
 from optimus_lens.passes.common import REQUIRED, bind_args
+from optimus_lens.passes.linears import linear_input, linear_operands
 from optimus_lens.sample_models import get
 from tests.test_effects import MODE, G
 from tests.test_effects_oracle import fill_from  # noqa: F401  (registers the op)
@@ -187,3 +188,26 @@ def test_the_first_numbering_is_list_order_and_levels_one_above_the_inputs(graph
         for n in nodes:
             want = max((index.level[i] for i in n.all_input_nodes), default=-LEVEL_SLACK) + LEVEL_SLACK
             assert index.level[n] == want
+
+
+def test_the_input_a_linear_hint_reads_is_the_linears_operand():
+    b = G()
+    x, w, bias = b.ph("x", torch.randn(4, 8)), b.ph("w", torch.randn(6, 8)), b.ph("b", torch.randn(6))
+    wt = b.ph("wt", torch.randn(8, 6))
+    linears = [
+        b.call(F.linear, x, w, bias),
+        b.call(F.linear, x, w),
+        b.call(torch._C._nn.linear, x, weight=w, bias=bias),
+        b.call(F.linear, input=x, weight=w),
+        b.call(torch.addmm, bias, x, wt),
+        b.call(torch.addmm, bias, mat1=x, mat2=wt),
+        b.call("addmm", bias, x, wt, method=True),
+        b.call(torch.matmul, x, wt),
+        b.call(operator.matmul, x, wt),
+        b.call("matmul", x, wt, method=True),
+    ]
+    for n in linears:
+        o = linear_operands(n)
+        assert not isinstance(o, Miss), n.format_node()
+        assert linear_input(n) is o.x is x, n.format_node()
+    assert linear_input(b.call(torch.relu, x)) is None

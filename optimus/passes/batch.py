@@ -52,7 +52,14 @@ from optimus_lens.passes.common import (
     replace_with_getitems,
     tensor_key,
 )
-from optimus_lens.passes.linears import LINEAR_LIKE, RESHAPES, LinearOperands, linear_operands, value_id
+from optimus_lens.passes.linears import (
+    LINEAR_LIKE,
+    RESHAPES,
+    LinearOperands,
+    linear_input,
+    linear_operands,
+    value_id,
+)
 
 NOT_A: dict[str, Miss] = {}
 
@@ -165,10 +172,13 @@ class BatchLinearLHS(BatchPattern):
     )
 
     def group_hint(self, node: Node):
-        """The value the linear reads (its key's ``value_id``), or None for a node that is
-        not a linear this pattern reads (keyed, to say why)."""
-        o = linear_operands(node)
-        return None if isinstance(o, Miss) else value_id(o.x)
+        """The value the linear reads (its key's ``value_id`` of x), from that argument
+        alone (:func:`~optimus_lens.passes.linears.linear_input`): a node that is no
+        linear this pattern reads has no key, so whether its hint keeps it keyed changes
+        no group, and a linear's operands are read once, by the key that needs them.
+        None when the argument is not a node."""
+        x = linear_input(node)
+        return value_id(x) if isinstance(x, Node) else None
 
     def key(self, node: Node):
         o = linear_operands(node)
