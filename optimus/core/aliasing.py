@@ -369,17 +369,25 @@ def note_inputs(graph: Graph, inputs: tuple) -> None:
     """Join the alias classes of placeholders whose real example ``inputs`` (in
     placeholder order) share a storage: graph inputs that are views of one buffer."""
     ge = analysis(graph)
-    by_storage: dict[Any, list[Node]] = {}
-    phs = [n for n in graph.nodes if n.op == "placeholder"]
-    for p, x in zip(phs, inputs):
+    first: dict[Any, tuple[int, Node]] = {}  # storage -> (rank, placeholder) of the first input in it
+    groups: dict[Any, list[Node]] = {}  # storage -> its placeholders, for a storage of two or more
+    phs: list[Node] = []  # the first len(inputs) placeholders (the rest pair with no input)
+    for n in graph.nodes if inputs else ():
+        if n.op == "placeholder":
+            phs.append(n)
+            if len(phs) == len(inputs):
+                break
+    for rank, (p, x) in enumerate(zip(phs, inputs)):
         if isinstance(x, torch.Tensor) and x.layout == torch.strided:
             try:
                 key = x.untyped_storage().data_ptr()
             except Exception:  # noqa: BLE001 - no storage
                 continue
             if key:
-                by_storage.setdefault(key, []).append(p)
-    ge.input_groups = [g for g in by_storage.values() if len(g) > 1]
+                q = first.setdefault(key, (rank, p))[1]
+                if q is not p:
+                    groups.setdefault(key, [q]).append(p)
+    ge.input_groups = [groups[k] for k in sorted(groups, key=lambda k: first[k][0])]  # in order of first input
     ge.tables = None
 
 

@@ -53,12 +53,14 @@ from optimus_lens.core.opschema import (
     NUMBER,
     arg_signature,
     bind,
+    holds_storage,
     loose,
     named_overloads,
-    node_signature,
     overloads,
     params,
     probe,
+    shared_inputs,
+    value_kind,
 )
 
 #: modules whose functions may be run on FakeTensors to see what they dispatch (no global state)
@@ -134,7 +136,10 @@ def effect(node: Node) -> NodeEffect:
         got = None
     if got is None:
         try:
-            got = _plain_effect(node, value) if node.op == "call_function" and is_plain(node) else None
+            if node.target is operator.getitem and node.op == "call_function":
+                got = _resolve(node)  # an alias of what it indexes, kept on it
+            elif node.op == "call_function" and is_plain(node):
+                got = _plain_effect(node, value)
             if got is None:
                 got = _resolve_shared(node, value)
         except Exception as e:  # noqa: BLE001 - an op we cannot read is unknown, not an error
@@ -153,15 +158,7 @@ def _plain_effect(node: Node, value: Any) -> NodeEffect | None:
     """:data:`_PLAIN_EFFECT` for a call of a plain target, unless its example value shares
     an input's storage (``aten._unsafe_view``: a view its schema does not declare), which
     :func:`_resolve` reads from the storages."""
-    if isinstance(value, torch.Tensor):  # the common case: one storage, compared by key
-        mine = meta.storage_key(value)
-        if mine is not None and any(mine in storages(meta.value(i)) for i in node._input_nodes):
-            return None
-        return _PLAIN_EFFECT
-    mine = storages(value)
-    if mine and any(storages(meta.value(i)) & mine for i in node._input_nodes):
-        return None
-    return _PLAIN_EFFECT
+    return None if shared_inputs(value, node._input_nodes) else _PLAIN_EFFECT
 
 
 _RESOLVED: dict = {}  # signature (see _resolve_shared) -> the answer with inputs as slot numbers
@@ -171,27 +168,21 @@ _RESOLVED_LIMIT = 1 << 16
 def _resolve_shared(node: Node, value: Any) -> NodeEffect:
     """:func:`_resolve`, shared between calls of one signature: the target, the arguments'
     structure and constants, each input's layout (its slot: a node passed twice is one
-    input), the node's own example value's layout and which inputs share its storage.
-    Those are everything the answer is read from (the schema binding, the probe, which
-    :func:`optimus_lens.core.opschema.probe` keys the same way, and the storages), so one
-    answer serves every node of the signature, with its own inputs in their slots: the
-    128 ``relu`` s of a layer, or one node before and after a rewrite rewired it. A
-    signature that cannot be formed (an unhashable constant, a symbolic size) is resolved
-    as it stands. Raises what :func:`_resolve` raises."""
+    input), the kind of the node's own example value (:func:`optimus_lens.core.opschema.value_kind`) and which
+    inputs share its storage. Those are everything the answer is read from (the schema
+    binding, the probe, which :func:`optimus_lens.core.opschema.probe` keys the same way,
+    the storages, and the kind where no tensor comes in), so one answer serves every node
+    of the signature, with its own inputs in their slots: the 128 ``relu`` s of a layer,
+    or one node before and after a rewrite rewired it. A signature that cannot be formed
+    (an unhashable constant, a symbolic size) is resolved as it stands. Raises what
+    :func:`_resolve` raises."""
     if node.op not in ("call_function", "call_method") or node.target is operator.getitem or node.target is getattr:
         return _resolve(node)
     slots: dict[Node, int] = {}
     try:
-        key = (
-            node.op,
-            node.target,
-            arg_signature(node.args, slots),
-            arg_signature(node.kwargs, slots),
-            node_signature(node, value),
-        )
-        mine = storages(value)
+        args, kwargs = arg_signature(node.args, slots), arg_signature(node.kwargs, slots)
         order = list(slots)
-        key = (*key, tuple(i for i, n in enumerate(order) if mine and storages(meta.value(n)) & mine))
+        key = (node.op, node.target, args, kwargs, value_kind(value), shared_inputs(value, order))
         hit = _RESOLVED.get(key)
     except (TypeError, ValueError):  # an unhashable constant or target, a symbolic size without hint
         return _resolve(node)
@@ -245,13 +236,10 @@ def _carried(hit: tuple, node: Node, value: Any) -> NodeEffect | None:
     swap: dict[Node, Node] = {}
     if not _same_but_inputs(hit[1], node._args, swap) or not _same_but_inputs(hit[2], node._kwargs, swap):
         return None
-    if len(set(swap.values())) != len(swap) or any(n in swap for n in swap.values()):
-        return None  # two inputs became one, or an input moved to another's place
-    if swap:
-        mine = storages(value)
-        for a, b in swap.items():
-            if bool(storages(meta.value(a)) & mine) != bool(storages(meta.value(b)) & mine):
-                return None
+    if len(swap) > 1 and (len(set(swap.values())) != len(swap) or any(n in swap for n in swap.values())):
+        return None  # two inputs became one, or an input moved to another's place (one swap can do neither)
+    if swap and not _same_sharing(value, swap):
+        return None
     e = hit[4]
     if not (e.writes or e.aliases or e.identity is not None):
         return e
@@ -264,6 +252,21 @@ def _carried(hit: tuple, node: Node, value: Any) -> NodeEffect | None:
         e.rng,
         e.source,
     )
+
+
+def _same_sharing(value: Any, swap: dict[Node, Node]) -> bool:
+    """Whether each new input of ``swap`` (old -> new) shares a storage with ``value``
+    exactly when the input it replaces does."""
+    if isinstance(value, torch.Tensor):  # the common case: one storage, compared by key
+        mine = meta.storage_key(value)
+        if mine is None:
+            return True  # shares with nothing
+        for a, b in swap.items():
+            if holds_storage(meta.value(a), mine) != holds_storage(meta.value(b), mine):
+                return False
+        return True
+    ks = storages(value)
+    return all(bool(storages(meta.value(a)) & ks) == bool(storages(meta.value(b)) & ks) for a, b in swap.items())
 
 
 def _same_but_inputs(a: Any, b: Any, swap: dict) -> bool:
@@ -279,9 +282,20 @@ def _same_but_inputs(a: Any, b: Any, swap: dict) -> bool:
             return False
         return _same_layout(meta.value(a), meta.value(b))
     if ta is tuple or ta is list or isinstance(a, (tuple, list)):
-        return len(a) == len(b) and all(_same_but_inputs(x, y, swap) for x, y in zip(a, b))
+        if len(a) != len(b):
+            return False
+        for x, y in zip(a, b):
+            if x is not y and not _same_but_inputs(x, y, swap):
+                return False
+        return True
     if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same_but_inputs(a[k], b[k], swap) for k in a)
+        if a.keys() != b.keys():
+            return False
+        for k, x in a.items():
+            y = b[k]
+            if x is not y and not _same_but_inputs(x, y, swap):
+                return False
+        return True
     if isinstance(a, torch.Tensor) or ta is slice:
         return False
     try:
@@ -295,11 +309,13 @@ def _same_layout(x: Any, y: Any) -> bool:
     (statically: a symbolic size compares False; the storage offset may differ, see
     :func:`_carried`), or are equal numbers/None."""
     if isinstance(x, torch.Tensor):
-        if not isinstance(y, torch.Tensor) or x.dtype is not y.dtype or x.device != y.device:
+        if not isinstance(y, torch.Tensor):
             return False
         try:
             if not (x._has_symbolic_sizes_strides or y._has_symbolic_sizes_strides):  # plain ints
-                return x.shape == y.shape and x.stride() == y.stride()
+                return x.shape == y.shape and x.stride() == y.stride() and x.dtype is y.dtype and x.device == y.device
+            if x.dtype is not y.dtype or x.device != y.device:
+                return False
             sx, sy, tx, ty = tuple(x.shape), tuple(y.shape), x.stride(), y.stride()
         except Exception:  # noqa: BLE001 - a tensor without strides
             return False
@@ -349,8 +365,8 @@ def returns_input(node: Node) -> Node | None:
     """The input node that ``node`` returns itself in eager mode (eval-mode ``F.dropout``,
     ``contiguous`` of a contiguous tensor, ``to`` its own dtype), else None; its example
     value may be a fresh FakeTensor all the same (Dynamo's is, for dropout)."""
-    if not isinstance(node, Node):
-        return None
+    if not isinstance(node, Node) or node.op != "call_function" and node.op != "call_method":
+        return None  # not a call (a placeholder, get_attr, output): computes nothing, PURE
     if node.op == "call_function" and (node.target is operator.getitem or is_plain(node)):
         return None  # a getitem is a view, never its input; a plain target returns no alias
     return effect(node).identity
@@ -374,7 +390,7 @@ def has_side_effects(node: Node) -> bool:
     return effect(node).effectful
 
 
-_PLAIN: dict = {}  # (op, target) -> whether every call of it is pure and alias-free
+_PLAIN: dict[str, dict] = {"call_function": {}, "call_method": {}}  # op -> target -> whether plain
 
 
 def is_plain(node: Node) -> bool:
@@ -387,15 +403,15 @@ def is_plain(node: Node) -> bool:
     (``aten._unsafe_view``) is read from its storages (:func:`effect`).
     The ``.out`` overloads (``Tag.out``) are left out: a call with ``out=`` is never plain.
     Memoised per target; the graph-wide analysis reads most nodes this way."""
-    if "out" in node.kwargs:  # the ``.out`` overloads write: read this call from its schema
+    table = _PLAIN.get(node.op)  # none for a placeholder, get_attr or output: no call is made
+    if table is None or "out" in node._kwargs:  # the ``.out`` overloads write: read this call from its schema
         return False
     try:
-        key = (node.op, node.target)
-        got = _PLAIN.get(key)
+        got = table.get(node.target)
     except TypeError:  # an unhashable target
         return False
     if got is None:
-        got = _PLAIN[key] = _plain(node)
+        got = table[node.target] = _plain(node)
     return got
 
 
@@ -446,7 +462,7 @@ def _resolve(node: Node) -> NodeEffect:
     target = node.target
     if node.op == "call_function" and target is operator.getitem:
         src = node.args[0] if node.args and isinstance(node.args[0], Node) else None
-        return NodeEffect(aliases=(src,) if src is not None else (), source="getitem: a view of what it indexes")
+        return _view_of(src) if src is not None else _INDEXES_NOTHING
     if node.op == "call_function" and target is getattr:
         src = node.args[0] if node.args and isinstance(node.args[0], Node) else None
         if src is not None and isinstance(meta.value(node), torch.Tensor):
@@ -480,6 +496,21 @@ def _resolve(node: Node) -> NodeEffect:
         return _unknown(node, f"{_name(target)}: not an ATen op, effects unknown")
     eff = _merge(got, _schema_effect(node, named, _name(target)) if named else None)
     return _with_storage_aliases(node, eff)
+
+
+_INDEXES_NOTHING = NodeEffect(source="getitem: a view of what it indexes")
+_VIEW_OF = "_optimus_view_of"  # the node attribute holding the effect of a getitem of it
+
+
+def _view_of(src: Node) -> NodeEffect:
+    """The effect of a getitem of ``src``: an alias of ``src``, nothing else. It names
+    ``src`` only, so it is kept on ``src`` and shared (the 128 getitems of an ``unbind``
+    hold one answer: a step that creates them builds it once)."""
+    got = src.__dict__.get(_VIEW_OF)
+    if got is None:
+        got = NodeEffect(aliases=(src,), source="getitem: a view of what it indexes")
+        object.__setattr__(src, _VIEW_OF, got)  # not Node.__setattr__
+    return got
 
 
 def _module(target: Any) -> str:

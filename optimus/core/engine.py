@@ -288,7 +288,7 @@ class Engine:
                     self._key(pattern, cache, n, p)
             dirty: set[Node] = set()
             if opts.search == "upstream":  # the global search keeps no roots
-                big = {k for k, c in cache.counts.items() if c >= opts.min_fuse_set_size}
+                big = {k for k, c in cache.counts().items() if c >= opts.min_fuse_set_size}
                 sources = [n for n, k in cache.items() if k is not None and k in big]
                 reach = downstream(sources, cache.__getitem__, opts.max_fuse_search_depth) if sources else ()
                 dirty = {n for n in reach if is_search_root(n)}

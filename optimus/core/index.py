@@ -51,12 +51,16 @@ class GraphIndex:
         self._renumber()
         level = self.level
         for n in graph.nodes:
-            level[n] = max((level[i] for i in n.all_input_nodes), default=-LEVEL_SLACK) + LEVEL_SLACK
+            top = -LEVEL_SLACK  # one above the highest input (0 for a node without inputs)
+            for i in n._input_nodes:
+                if level[i] > top:
+                    top = level[i]
+            level[n] = top + LEVEL_SLACK
 
     def _renumber(self) -> None:
         self.renumbers += 1
-        for i, n in enumerate(self.graph.nodes):
-            self.pos[n] = (i + 1) * GAP
+        nodes = self.graph.nodes
+        self.pos.update(zip(nodes, range(GAP, (len(nodes) + 1) * GAP, GAP)))  # (i + 1) * GAP for the i-th
 
     def _place(self, n: Node) -> None:
         """Give ``n`` a position between its list neighbours (which must be placed)."""

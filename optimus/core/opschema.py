@@ -12,10 +12,14 @@ ATen overloads it runs: what :mod:`optimus_lens.core.effects` reads an op's effe
   values, under a dispatch recorder: which inputs a dispatched overload writes (by
   storage), which the result shares storage with, which it is itself, whether a random
   op ran. Memoised per target and argument signature.
+* :func:`arg_signature` / :func:`value_signature` / :func:`value_kind` /
+  :func:`shared_inputs`: what that memo and the effects shared between nodes are keyed
+  by (inputs' layouts, constants, the kind of the node's own value, storage sharing).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,9 +200,9 @@ def arg_signature(v: Any, slots: dict) -> Any:
         slot = slots.setdefault(v, len(slots))
         return ("node", slot, node_signature(v, ev))
     if isinstance(v, (list, tuple)):
-        return (type(v).__name__, tuple(arg_signature(x, slots) for x in v))
+        return (type(v).__name__, tuple([arg_signature(x, slots) for x in v]))
     if isinstance(v, dict):
-        return ("dict", tuple((k, arg_signature(x, slots)) for k, x in v.items()))
+        return ("dict", tuple([(k, arg_signature(x, slots)) for k, x in v.items()]))
     if isinstance(v, slice):
         return ("slice", arg_signature((v.start, v.stop, v.step), slots))
     hash(v)
@@ -242,6 +246,50 @@ def value_signature(ev: Any) -> Any:
     if isinstance(ev, NUMBER):
         return ("n", _hint(ev))
     return ("v", type(ev).__name__)
+
+
+def value_kind(v: Any) -> str:
+    """What resolving a node's effects (:mod:`optimus_lens.core.effects`) reads of its own
+    example value besides its storages, which the answers shared between nodes key
+    separately: whether it is a tensor, a number, None, a list or tuple holding a tensor,
+    or something else (the branch for a call without tensor inputs). Not its layout: no
+    schema binding or probe reads the result's sizes or strides, so an ``unbind`` of 128
+    pieces is keyed without reading them."""
+    if isinstance(v, torch.Tensor):
+        return "tensor"
+    if isinstance(v, NUMBER):
+        return "number"
+    if v is None:
+        return "none"
+    if isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
+        return "tensors"
+    return "other"
+
+
+def holds_storage(v: Any, key: Any) -> bool:
+    """``key in storages(v)`` (``key`` not None), without building a set for a tensor."""
+    if isinstance(v, torch.Tensor):
+        return storage_key(v) == key
+    return key in storages(v)
+
+
+def shared_inputs(value: Any, inputs: Iterable[Node]) -> tuple[int, ...]:
+    """The positions in ``inputs`` of the nodes whose example value shares a storage with
+    ``value`` (``storages(meta.value(n)) & storages(value)``, compared by key for a tensor)."""
+    if isinstance(value, torch.Tensor):  # the common case: one storage key, no sets
+        mine = storage_key(value)
+        if mine is None:
+            return ()
+        out = []
+        for i, n in enumerate(inputs):
+            v = meta.value(n)
+            if storage_key(v) == mine if isinstance(v, torch.Tensor) else mine in storages(v):
+                out.append(i)
+        return tuple(out)
+    ks = storages(value)
+    if not ks:
+        return ()
+    return tuple(i for i, n in enumerate(inputs) if storages(meta.value(n)) & ks)
 
 
 def _hint(x: Any) -> Any:

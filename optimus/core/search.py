@@ -124,27 +124,32 @@ class KeyCache(dict):
     """``key(node)`` of one BatchPattern, memoised: a group key, or None where the
     pattern does not match (a :class:`Miss` is stored as None). ``cache[n]`` computes on
     first use; :meth:`forget` drops the entries of nodes whose key may have changed.
-    ``counts`` holds how many cached nodes share each key."""
+    :meth:`counts` says how many cached nodes share each key."""
 
     def __init__(self, key: KeyFn):
         super().__init__()
         self.key = key
-        self.counts: dict[Hashable, int] = {}
 
     def __missing__(self, n: Node):
         k = self.key(n)
         if isinstance(k, Miss):
             k = None
         self[n] = k
-        if k is not None:
-            self.counts[k] = self.counts.get(k, 0) + 1
         return k
 
     def forget(self, nodes: Iterable[Node]) -> None:
         for n in nodes:
-            k = self.pop(n, None)
+            self.pop(n, None)
+
+    def counts(self) -> dict[Hashable, int]:
+        """How many cached nodes share each key (None left out), counted when asked: only
+        the upstream search's start reads it, and a count kept up to date cost every key
+        computed or forgotten two hashes of its key tuple."""
+        out: dict[Hashable, int] = {}
+        for k in self.values():
             if k is not None:
-                self.counts[k] -= 1
+                out[k] = out.get(k, 0) + 1
+        return out
 
 
 def downstream(sources: Iterable[Node], key: Callable[[Node], object], depth: int) -> set[Node]:

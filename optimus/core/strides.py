@@ -202,19 +202,19 @@ def eager_strides(graph) -> int:
     O(nodes) plus the re-runs. Returns the number of nodes updated."""
     dirty: set[Node] = set()
     for n in graph.nodes:
-        if n.op not in ("call_function", "call_method"):
+        if n.op != "call_function" and n.op != "call_method":
             continue
-        old = meta.value(n)
-        src = returns_input(n) if n.op == "call_function" or n.op == "call_method" else None
+        src = returns_input(n)
         if src is not None:
             new = meta.value(src)
-        elif dirty and any(i in dirty for i in n.all_input_nodes) and not _fresh(n):
+        elif dirty and any(i in dirty for i in n._input_nodes) and not _fresh(n):
             try:
                 new = _simulate(n, (), None)
             except Exception:  # noqa: BLE001 - leave the value as captured
                 continue
         else:
             continue
+        old = meta.value(n)
         if new is None or old is None or new is old:
             continue
         olds = old if isinstance(old, (list, tuple)) else (old,)

@@ -52,7 +52,14 @@ from optimus_lens.passes.common import (
     replace_with_getitems,
     tensor_key,
 )
-from optimus_lens.passes.linears import LINEAR_LIKE, RESHAPES, LinearOperands, linear_operands, value_id
+from optimus_lens.passes.linears import (
+    LINEAR_LIKE,
+    RESHAPES,
+    LinearOperands,
+    linear_input,
+    linear_operands,
+    value_id,
+)
 
 NOT_A: dict[str, Miss] = {}
 
@@ -93,7 +100,8 @@ class BatchLinear(BatchPattern):
         o = linear_operands(node)
         if isinstance(o, Miss):
             return o
-        if not all(type(d) is int for d in meta.shape(o.x)):
+        xt = meta.tensor(o.x)  # a tensor: linear_operands checked it
+        if xt._has_symbolic_sizes_strides and not all(type(d) is int for d in xt.shape):
             return Miss("input has symbolic sizes (dynamic shapes): the batched matmul is built for static ones")
         return fusion_key(node, ("batch_linear", o.form, tensor_key(o.x), tensor_key(o.w), tensor_key(o.b)))
 
@@ -164,10 +172,13 @@ class BatchLinearLHS(BatchPattern):
     )
 
     def group_hint(self, node: Node):
-        """The value the linear reads (its key's ``value_id``), or None for a node that is
-        not a linear this pattern reads (keyed, to say why)."""
-        o = linear_operands(node)
-        return None if isinstance(o, Miss) else value_id(o.x)
+        """The value the linear reads (its key's ``value_id`` of x), from that argument
+        alone (:func:`~optimus_lens.passes.linears.linear_input`): a node that is no
+        linear this pattern reads has no key, so whether its hint keeps it keyed changes
+        no group, and a linear's operands are read once, by the key that needs them.
+        None when the argument is not a node."""
+        x = linear_input(node)
+        return value_id(x) if isinstance(x, Node) else None
 
     def key(self, node: Node):
         o = linear_operands(node)
@@ -408,7 +419,8 @@ class BatchUnary(BatchPattern):
         if isinstance(a, Miss):
             return a
         x = a.pop("input")
-        if meta.tensor(x) is None or meta.tensor(node) is None:
+        out = meta.tensor(node)
+        if out is None or meta.tensor(x) is None:
             return Miss("input or output has no example value")
         for k, v in a.items():
             if isinstance(v, list):
@@ -420,7 +432,7 @@ class BatchUnary(BatchPattern):
         miss = self.refuse(a)
         if miss:
             return miss
-        return fusion_key(node, (self.name, tensor_key(x), meta.tensor(node).dtype, tuple(a.items())))
+        return fusion_key(node, (self.name, tensor_key(x), out.dtype, tuple(a.items())))
 
     def fuse(self, rw: Rewriter, nodes: list[Node]) -> None:
         a = self.bound(nodes[0])

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.aliasing import is_written, offset_readers, signature
-from optimus_lens.core.effects import effect, writes_inputs
+from optimus_lens.core.aliasing import GraphEffects, analysis, is_written
+from optimus_lens.core.effects import NodeEffect, effect, writes_inputs
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.rewriter import Rewriter
 from optimus_lens.core.strides import fresh_output_miss, offset_use
@@ -95,22 +95,26 @@ def bind_args(node: Node, params: tuple[tuple[str, Any], ...]) -> dict | Miss:
     ``{"input": x, "min": -1, "max": 1}``. For a call_method node ``self`` is the first
     parameter. Returns a Miss naming the problem for too many positional arguments, an
     unknown keyword (e.g. ``out=``), an argument given twice, or a missing required one."""
-    names = [p for p, _ in params]
-    if len(node.args) > len(params):
-        return Miss(f"{len(node.args)} positional arguments; expected at most {len(params)}")
-    out = dict(zip(names, node.args))
-    for k, v in node.kwargs.items():
-        if k not in names:
-            return Miss(f"unexpected argument {k}=")
-        if k in out:
-            return Miss(f"argument {k} given twice")
-        out[k] = v
+    args, kwargs = node.args, node.kwargs
+    if len(args) > len(params):
+        return Miss(f"{len(args)} positional arguments; expected at most {len(params)}")
+    out = {name: v for (name, _), v in zip(params, args)}
+    if kwargs:
+        names = [p for p, _ in params]
+        for k, v in kwargs.items():
+            if k not in names:
+                return Miss(f"unexpected argument {k}=")
+            if k in out:
+                return Miss(f"argument {k} given twice")
+            out[k] = v
     for name, default in params:
         if name not in out:
             if default is REQUIRED:
                 return Miss(f"missing argument {name}")
             out[name] = default
-    return {n: out[n] for n in names}
+    if kwargs:  # keywords came in their own order
+        return {n: out[n] for n, _ in params}
+    return out  # the positional ones first, then the defaults: already in signature order
 
 
 def mul_operands(node: Node) -> tuple[Node, Node] | Miss:
@@ -138,11 +142,14 @@ def fusion_key(node: Node, key: tuple) -> tuple | Miss:
     ``autocast`` blocks) or random ops, the member's place among them is added
     (:func:`optimus_lens.core.aliasing.signature`: its region and the write epoch of each
     written alias class it reads), so a group never spans a region boundary or mixes
-    reads from both sides of a write; in a graph without effects the key is ``key``."""
-    miss = fusion_miss(node)
+    reads from both sides of a write; in a graph without effects the key is ``key``.
+    The graph's analysis is read once for all of these (nothing changes the graph
+    between them)."""
+    ge = analysis(node.graph)
+    miss = _fusion_miss(node, ge)
     if miss:
         return miss
-    sig = signature(node)
+    sig = ge.signature(node)
     return (*key, ("effects", sig)) if sig else key
 
 
@@ -153,7 +160,16 @@ def fusion_miss(node: Node) -> Miss | None:
     offset (a fused member is a slice at another offset:
     :func:`optimus_lens.core.strides.offset_use`), or a graph output that aliases an input
     (a fused result is fresh)."""
-    return member_miss(node) or fresh_output_miss(node) or _offset_miss(node) or _aliased_output_miss(node)
+    return _fusion_miss(node, analysis(node.graph))
+
+
+def _fusion_miss(node: Node, ge: GraphEffects) -> Miss | None:
+    """:func:`fusion_miss` with the graph's current analysis ``ge`` and the node's effect
+    read once."""
+    e = effect(node)
+    return (
+        _member_miss(node, e, ge) or fresh_output_miss(node) or _offset_miss(node, ge) or _aliased_output_miss(node, e)
+    )
 
 
 def member_miss(node: Node) -> Miss | None:
@@ -163,15 +179,19 @@ def member_miss(node: Node) -> Miss | None:
     value sharing its storage) is written in place (:func:`optimus_lens.core.aliasing.is_written`).
     A write to one of its inputs elsewhere is not a reason: the group key keeps members on
     one side of it (:func:`fusion_key`)."""
-    if writes_inputs(node):
-        return Miss(f"the op writes in place into {', '.join(w.name for w in effect(node).writes)}")
-    if is_written(node):
+    return _member_miss(node, effect(node), analysis(node.graph))
+
+
+def _member_miss(node: Node, e: NodeEffect, ge: GraphEffects) -> Miss | None:
+    if e.writes:
+        return Miss(f"the op writes in place into {', '.join(w.name for w in e.writes)}")
+    if ge.is_written(node):
         return Miss("its output (or a tensor sharing its storage) is written in place")
     return None
 
 
-def _offset_miss(node: Node) -> Miss | None:
-    if not offset_readers(node.graph):  # no node of the graph reads a storage offset
+def _offset_miss(node: Node, ge: GraphEffects) -> Miss | None:
+    if not ge.offset_readers:  # no node of the graph reads a storage offset
         return None
     use = offset_use(node, list(node.users))
     if use is None:
@@ -179,8 +199,8 @@ def _offset_miss(node: Node) -> Miss | None:
     return Miss(f"{use[0].name} reads its storage offset ({use[1]}); a fused member is a slice at another offset")
 
 
-def _aliased_output_miss(node: Node) -> Miss | None:
-    if effect(node).aliases and any(u.op == "output" for u in node.users):
+def _aliased_output_miss(node: Node, e: NodeEffect) -> Miss | None:
+    if e.aliases and any(u.op == "output" for u in node.users):
         return Miss("a graph output that aliases its input (a fused result would be a fresh tensor)")
     return None
 

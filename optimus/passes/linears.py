@@ -17,7 +17,7 @@ from torch.fx import Node
 
 from optimus_lens.core import meta
 from optimus_lens.core.miss import Miss
-from optimus_lens.passes.common import LINEAR, REQUIRED, bind_args, is_call
+from optimus_lens.passes.common import LINEAR, REQUIRED, arg, bind_args, is_call
 
 ADDMM = ({torch.addmm}, {"addmm"})
 MATMUL = ({torch.matmul, operator.matmul}, {"matmul", "__matmul__"})
@@ -71,10 +71,13 @@ def linear_operands(node: Node) -> LinearOperands | Miss:
     operands again."""
     hit = node.__dict__.get(_MEMO)
     if hit is not None and hit[0] is node.target and hit[1] is node._args and hit[2] is node._kwargs:
-        if all(a is meta.value(i) for a, i in zip(hit[3], node._input_nodes)):
+        for a, i in zip(hit[3], node._input_nodes):
+            if a is not meta.value(i):
+                break
+        else:
             return hit[4]
     got = _read_operands(node)
-    values = tuple(meta.value(i) for i in node._input_nodes)
+    values = tuple([meta.value(i) for i in node._input_nodes])
     object.__setattr__(node, _MEMO, (node.target, node._args, node._kwargs, values, got))  # not Node.__setattr__
     return got
 
@@ -113,6 +116,18 @@ def _read_operands(node: Node) -> LinearOperands | Miss:
         if bt.dim() not in ((1, 2) if form == "addmm" else (1,)):
             return Miss(f"{bt.dim()}-D bias")
     return LinearOperands(form, x, w, b)
+
+
+def linear_input(node: Node) -> Any:
+    """The argument a linear-like node reads as x, read alone: ``input`` of ``F.linear``
+    and ``matmul``, ``mat1`` of ``addmm``, by position or keyword, as
+    :func:`linear_operands` binds them; so it is ``linear_operands(node).x`` wherever that
+    is no Miss. None for another target."""
+    if is_call(node, *LINEAR) or is_call(node, *MATMUL):
+        return arg(node, 0, "input")
+    if is_call(node, *ADDMM):
+        return arg(node, 1, "mat1")
+    return None
 
 
 RESHAPES = ({torch.reshape}, {"view", "reshape"})
