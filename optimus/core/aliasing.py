@@ -75,7 +75,7 @@ class GraphEffects:
         classified without its value and again with it."""
         g = self.graph
         keep = None
-        if self.pending is None or len(g.nodes) != self.seen_len and not self.pending:
+        if self.pending is None or g._len != self.seen_len and not self.pending:  # FX's count, no node list made
             self.effectful, self.odd, self.offset_readers = {}, {}, set()
             todo: Iterable[Node] = g.nodes
             self.tables = None
@@ -102,7 +102,7 @@ class GraphEffects:
             if odd:
                 self.odd[n] = eff
         self.pending = keep or set()
-        self.seen_len = len(g.nodes)
+        self.seen_len = g._len
         self.version += 1
         return self
 

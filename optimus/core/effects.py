@@ -307,7 +307,14 @@ def _same_but_inputs(a: Any, b: Any, swap: dict) -> bool:
 def _same_layout(x: Any, y: Any) -> bool:
     """Whether two example values have the same sizes, strides, dtype and device
     (statically: a symbolic size compares False; the storage offset may differ, see
-    :func:`_carried`), or are equal numbers/None."""
+    :func:`_carried`), or are equal numbers/None. Two FakeTensors with static layouts compare
+    their kept records (:func:`optimus_lens.core.meta.layout_record`; one unbind's pieces share
+    one)."""
+    rx = meta.layout_record(x)
+    if rx is not None:
+        ry = meta.layout_record(y)
+        if ry is not None:
+            return rx is ry or rx == ry
     if isinstance(x, torch.Tensor):
         if not isinstance(y, torch.Tensor):
             return False

@@ -76,6 +76,7 @@ OFFSET_METHODS = {
     "set_": "set_ reads the storage",
 }
 OFFSET_DEPTH = 8
+_TENSOR_AS_STRIDED = torch.Tensor.as_strided  # one object (a method descriptor), compared by identity
 FRESH_FUNCTIONS = {
     torch._C._nn.linear,
     F.linear,
@@ -148,11 +149,12 @@ def reads_offset(user: Node) -> str | None:
     """Why ``user`` reads the storage offset of its first argument, whatever that is (see
     :func:`offset_reason`), or None. A property of the node alone, so a graph can keep the
     set of its nodes that read one (:func:`optimus_lens.core.aliasing.offset_readers`)."""
+    target = user.target
     if user.op == "call_method":
-        r = OFFSET_METHODS.get(user.target)
+        r = OFFSET_METHODS.get(target)
         if r is not None:
             return r
-    if user.target in (torch.as_strided, torch.Tensor.as_strided, "as_strided"):
+    if target is torch.as_strided or target is _TENSOR_AS_STRIDED or target == "as_strided":
         if len(user.args) > 3 or "storage_offset" in user.kwargs:
             return "as_strided with an explicit storage offset addresses the storage from its start"
     return None
