@@ -312,7 +312,13 @@ def _contiguous_per_dim(t: torch.Tensor) -> bool:
 
 
 def _same_static_strides(a: Any, b: Any) -> bool:
-    """Equal strides, all plain ints (no symbolic comparison, which would add a guard)."""
+    """Equal strides, all plain ints (no symbolic comparison, which would add a guard); two
+    FakeTensors with static layouts compare their kept records' strides."""
+    ra = meta.layout_record(a)
+    if ra is not None:
+        rb = meta.layout_record(b)
+        if rb is not None:
+            return ra is rb or ra[1] == rb[1]
     if not (
         isinstance(a, torch.Tensor)
         and isinstance(b, torch.Tensor)
