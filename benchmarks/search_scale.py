@@ -186,6 +186,23 @@ def build_towers(towers: int, layers: int, width: int = WIDTH, batch: int = BATC
     return GraphModule(torch.nn.Module(), g), tuple(reals)
 
 
+def forget_kept(gm: GraphModule) -> int:
+    """Drop what our runs keep on ``gm``'s example values (a FakeTensor's storage key and
+    layout record, ``_optimus_*`` attributes): copies of a graph share its FakeTensors, so
+    without this the second run of a benchmark would find them read already, which no
+    compile of a new graph does. Returns the number of entries dropped."""
+    dropped = 0
+    for node in gm.graph.nodes:
+        v = node.meta.get("example_value")
+        for t in v if isinstance(v, (tuple, list)) else (v,):
+            kept = getattr(t, "__dict__", None)
+            if isinstance(t, torch.Tensor) and kept:
+                for k in [k for k in kept if k.startswith("_optimus_")]:
+                    del kept[k]
+                    dropped += 1
+    return dropped
+
+
 def inductor_fusions() -> dict[str, int]:
     """Nonzero counters upstream's passes bumped (``counters["inductor"]``)."""
     from torch._dynamo.utils import counters
@@ -304,7 +321,10 @@ def measure(
     def fresh() -> GraphModule:  # also the O(nodes) control: FX's own graph copy, timed
         """A copy of the graph, then a full collection: every timed run starts with the
         collector settled, so none pays for collecting the copy the harness just made (a
-        full collection the copy's objects would trigger inside the run)."""
+        full collection the copy's objects would trigger inside the run). The copy shares
+        the graph's example values (FakeTensors), so what an earlier run kept on them is
+        dropped first (:func:`forget_kept`): every run starts as a compile does, cold."""
+        forget_kept(base)
         copy, wall, cpu = _timed(lambda: copy_graph_module(base))
         keep("fx_copy", wall, cpu)
         gc.collect()
