@@ -133,18 +133,36 @@ def _value_parts(v: Any) -> tuple[Any, str | None, Any, str | None]:
     common case (every record of a snapshot and of each step's delta reads them)."""
     if isinstance(v, torch.Tensor) and not v._has_symbolic_sizes_strides:
         dtype, device = v.dtype, v.device
-        return list(v.shape), _TEXT.get(dtype) or _text(dtype), list(v.stride()), _TEXT.get(device) or _text(device)
+        shape, stride = _LISTS[v.shape], _LISTS[v.stride()]
+        return shape, _TEXT.get(dtype) or _text(dtype), stride, _TEXT.get(device) or _text(device)
     if (
         isinstance(v, (list, tuple))
         and v
         and all(isinstance(x, torch.Tensor) and not x._has_symbolic_sizes_strides for x in v)
     ):  # the pieces of a split or unbind
         first = v[0]
-        shapes, strides = [list(x.shape) for x in v], [list(x.stride()) for x in v]
+        shapes, strides = [_LISTS[x.shape] for x in v], [_LISTS[x.stride()] for x in v]
         return shapes, _dtype_name(first.dtype), strides, meta.device_text(first.device)
     return _shape(v), _dtype(v), meta.strides(v), _device(v)
 
 
+class _Lists(dict):
+    """Shape or stride tuple (``torch.Size``, ``Tensor.stride()``: ints) -> its list, one list
+    shared by every record of that shape. A graph has a handful of shapes (the 21k-node
+    towers graph: 11), so the table stays small and hot, and a record adds no list of its
+    own for the garbage collector to traverse (the first collection after a snapshot
+    visits every container it made). Records are never changed in place
+    (:meth:`optimus_lens.core.trace.GraphSnapshot.copy`), so sharing them is safe.
+    Emptied at 4096 shapes."""
+
+    def __missing__(self, key: tuple) -> list:
+        if len(self) >= 4096:
+            self.clear()
+        got = self[key] = list(key)
+        return got
+
+
+_LISTS = _Lists()
 #: dtype -> :func:`_dtype_name`, device -> :func:`optimus_lens.core.meta.device_text`: one
 #: dict lookup per record instead of two cached calls (a few dozen entries in all)
 _TEXT: dict[Any, str] = {}
@@ -409,7 +427,8 @@ def _record(node: Node, after: str | None, effects: bool) -> NodeRecord:
     shape, dtype, stride, device = _value_parts(m.get("val") if value is None else value)
     stack = m.get("nn_module_stack")
     mod, mod_type = _module_of(stack) if stack else (None, None)
-    op, target, kwargs, seq_nr = node.op, node.target, node._kwargs, m.get("seq_nr")
+    op, target, seq_nr = node.op, node.target, m.get("seq_nr")
+    args, kwargs, inputs = node._args, node._kwargs, node._input_nodes
     if op == "call_function":
         try:
             text = _function_name(target)  # target_name
@@ -422,9 +441,9 @@ def _record(node: Node, after: str | None, effects: bool) -> NodeRecord:
         node.name,
         op,
         text,
-        [_arg(a) for a in node._args],
-        {str(k): _arg(v) for k, v in kwargs.items()} if kwargs else {},
-        [n.name for n in node._input_nodes],
+        [_arg(a) for a in args] if args else _NONE,
+        {str(k): _arg(v) for k, v in kwargs.items()} if kwargs else _NO_KWARGS,
+        [n.name for n in inputs] if inputs else _NONE,
         shape,
         dtype,
         mod,
@@ -441,6 +460,10 @@ def _record(node: Node, after: str | None, effects: bool) -> NodeRecord:
 
 
 _OPS = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)  # the targets op_module may name
+#: the arguments and inputs of a node with none (a placeholder), and the keyword arguments of
+#: a node with none: one object shared by every such record, as :data:`_LISTS`
+_NONE: list = []
+_NO_KWARGS: dict = {}
 
 
 def snapshot_graph(graph: Graph) -> GraphSnapshot:
