@@ -354,6 +354,8 @@ class ProgramOrder:
         changed (or is new). ``visit(node, after, effects)``, when given, is called for
         every node in program order with its place (:func:`snapshot_graph` makes its
         records in the same walk)."""
+        if not self.after and not self.effect:
+            return self._first_scan(graph, visit)
         changed = []
         last: str | None = None
         count = 0
@@ -370,6 +372,31 @@ class ProgramOrder:
                 count += 1
         self.count = count
         return changed
+
+    def _first_scan(self, graph: Graph, visit: Callable[[Node, str | None, bool], object] | None) -> list[Node]:
+        """:meth:`scan` of an order that knows no node yet (every node is new, and its
+        effect is read for the first time), its tables built in one go at the end: filling
+        them node by node costs a cache miss a node in tables of the whole graph."""
+        nodes: list[Node] = []
+        places: list[str | None] = []
+        effects: list[bool] = []
+        last: str | None = None
+        count = 0
+        impure = self.impure
+        for n in graph.nodes:
+            effect = has_side_effects(n, impure)
+            nodes.append(n)
+            places.append(last)
+            effects.append(effect)
+            if visit is not None:
+                visit(n, last, effect)
+            if effect:
+                last = n.name
+                count += 1
+        self.after = dict(zip(nodes, places))
+        self.effect = dict(zip(nodes, effects))
+        self.count = count
+        return nodes
 
     def changed(self, graph: Graph, created: list[Node], erased: list[Node], touched: list[Node]) -> list[Node]:
         """After a step that created, erased and touched these nodes: the live nodes whose
@@ -472,9 +499,14 @@ def snapshot_graph(graph: Graph) -> GraphSnapshot:
     the same pass as the program order (:meth:`ProgramOrder.scan`), each while its node
     is fresh in the cache: one walk over the graph's nodes and their metadata, not two."""
     order = keep(graph, _ORDER, ProgramOrder())
-    records: list[NodeRecord] = []
-    order.scan(graph, lambda n, after, effects: records.append(_record(n, after, effects)))
-    return GraphSnapshot(records)
+    snapshot = GraphSnapshot()
+    nodes = snapshot.nodes
+
+    def visit(n: Node, after: str | None, effects: bool) -> None:
+        nodes[n.name] = _record(n, after, effects)
+
+    order.scan(graph, visit)
+    return snapshot
 
 
 class Recording:
