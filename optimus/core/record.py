@@ -85,16 +85,8 @@ def _arg(a: Any) -> Any:
 
 _PLAIN = object()  # an argument written as it is
 #: exact argument types :func:`_arg` answers first (a subclass takes the isinstance chain)
-_EXACT: dict[type, Any] = {
-    Node: Node,
-    list: list,
-    tuple: list,
-    int: _PLAIN,
-    float: _PLAIN,
-    bool: _PLAIN,
-    str: _PLAIN,
-    type(None): _PLAIN,
-}
+_EXACT: dict[type, Any] = dict.fromkeys((int, float, bool, str, type(None)), _PLAIN)
+_EXACT.update({Node: Node, list: list, tuple: list})
 
 
 def _shape(v: Any) -> Any:
@@ -134,7 +126,7 @@ def _value_parts(v: Any) -> tuple[Any, str | None, Any, str | None]:
     if isinstance(v, torch.Tensor) and not v._has_symbolic_sizes_strides:
         dtype, device = v.dtype, v.device
         shape, stride = _LISTS[v.shape], _LISTS[v.stride()]
-        return shape, _TEXT.get(dtype) or _text(dtype), stride, _TEXT.get(device) or _text(device)
+        return shape, _TEXTS[dtype], stride, _TEXTS[device]
     if (
         isinstance(v, (list, tuple))
         and v
@@ -146,34 +138,29 @@ def _value_parts(v: Any) -> tuple[Any, str | None, Any, str | None]:
     return _shape(v), _dtype(v), meta.strides(v), _device(v)
 
 
-class _Lists(dict):
-    """Shape or stride tuple (``torch.Size``, ``Tensor.stride()``: ints) -> its list, one list
-    shared by every record of that shape. A graph has a handful of shapes (the 21k-node
-    towers graph: 11), so the table stays small and hot, and a record adds no list of its
-    own for the garbage collector to traverse (the first collection after a snapshot
-    visits every container it made). Records are never changed in place
-    (:meth:`optimus_lens.core.trace.GraphSnapshot.copy`), so sharing them is safe.
-    Emptied at 4096 shapes."""
+class _Shared(dict):
+    """``key -> make(key)``, made once and shared by every record that holds it (records are
+    never changed in place: :meth:`optimus_lens.core.trace.GraphSnapshot.copy`). Emptied at
+    4096 entries; a graph has a handful of shapes, dtypes and devices, so it stays small."""
 
-    def __missing__(self, key: tuple) -> list:
+    def __init__(self, make: Callable[[Any], Any]):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: Any) -> Any:
         if len(self) >= 4096:
             self.clear()
-        got = self[key] = list(key)
+        got = self[key] = self.make(key)
         return got
 
 
-_LISTS = _Lists()
+#: shape or stride tuple (``torch.Size``, ``Tensor.stride()``: ints) -> its list, one per
+#: shape (the 21k-node towers graph has 11): a record adds no list of its own for the garbage
+#: collector to traverse (the first collection after a snapshot visits every container it made)
+_LISTS = _Shared(list)
 #: dtype -> :func:`_dtype_name`, device -> :func:`optimus_lens.core.meta.device_text`: one
-#: dict lookup per record instead of two cached calls (a few dozen entries in all)
-_TEXT: dict[Any, str] = {}
-
-
-def _text(x: Any) -> str:
-    """The text of a dtype or device as :func:`_value_parts` writes it, kept in :data:`_TEXT`."""
-    text = _dtype_name(x) if isinstance(x, torch.dtype) else meta.device_text(x)
-    if len(_TEXT) < 256:
-        _TEXT[x] = text
-    return text
+#: dict lookup a record instead of two cached calls
+_TEXTS = _Shared(lambda x: _dtype_name(x) if isinstance(x, torch.dtype) else meta.device_text(x))
 
 
 def module_path(node: Node) -> tuple[str | None, str | None]:
@@ -445,10 +432,9 @@ def node_record(node: Node, order: ProgramOrder | None = None) -> NodeRecord:
 
 def _record(node: Node, after: str | None, effects: bool) -> NodeRecord:
     """:func:`node_record` of ``node`` whose place in program order is known (``after``,
-    ``effects``). Every record of a snapshot and of each step's delta is made here, so
-    each field is read once, straight from ``node.meta``, ``_args`` and ``_kwargs`` (the
-    objects FX's ``args`` / ``kwargs`` properties return) with no call where a dict lookup
-    answers: a record costs what reading its node costs, about 4 us."""
+    ``effects``): every record of a snapshot and of a step's delta is made here, each field
+    read once, straight from ``node.meta``, ``_args`` and ``_kwargs`` (the objects FX's
+    ``args`` / ``kwargs`` return), with no call where a dict lookup answers."""
     m = node.meta
     value = m.get("example_value")  # meta.value: example_value, else val
     shape, dtype, stride, device = _value_parts(m.get("val") if value is None else value)
