@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -56,6 +56,18 @@ def _function_name(t: Any) -> str:
 
 
 def _arg(a: Any) -> Any:
+    """One argument of a node as plain data: a node as ``{"node": name}``, lists and
+    tuples element by element, a dict's keys as text, a slice as ``{"slice": [...]}``,
+    a dtype by name, any other value its ``repr``. The exact types of most arguments
+    (nodes, ints, floats, strings, None, tuples) are answered before the ``isinstance``
+    chain, which answers them the same way: one dict lookup instead of up to five tests."""
+    kind = _EXACT.get(type(a))
+    if kind is _PLAIN:
+        return a
+    if kind is Node:
+        return {"node": a.name}
+    if kind is list:
+        return [_arg(x) for x in a]
     if isinstance(a, Node):
         return {"node": a.name}
     if isinstance(a, (list, tuple)):
@@ -67,8 +79,14 @@ def _arg(a: Any) -> Any:
     if a is None or isinstance(a, (bool, int, float, str)):
         return a
     if isinstance(a, torch.dtype):
-        return str(a).replace("torch.", "")
+        return _dtype_name(a)
     return repr(a)
+
+
+_PLAIN = object()  # an argument written as it is
+#: exact argument types :func:`_arg` answers first (a subclass takes the isinstance chain)
+_EXACT: dict[type, Any] = dict.fromkeys((int, float, bool, str, type(None)), _PLAIN)
+_EXACT.update({Node: Node, list: list, tuple: list})
 
 
 def _shape(v: Any) -> Any:
@@ -106,32 +124,70 @@ def _value_parts(v: Any) -> tuple[Any, str | None, Any, str | None]:
     :func:`_device`), read in one go for a tensor with static sizes and strides, the
     common case (every record of a snapshot and of each step's delta reads them)."""
     if isinstance(v, torch.Tensor) and not v._has_symbolic_sizes_strides:
-        return list(v.shape), _dtype_name(v.dtype), list(v.stride()), meta.device_text(v.device)
+        dtype, device = v.dtype, v.device
+        shape, stride = _LISTS[v.shape], _LISTS[v.stride()]
+        return shape, _TEXTS[dtype], stride, _TEXTS[device]
     if (
         isinstance(v, (list, tuple))
         and v
         and all(isinstance(x, torch.Tensor) and not x._has_symbolic_sizes_strides for x in v)
     ):  # the pieces of a split or unbind
         first = v[0]
-        shapes, strides = [list(x.shape) for x in v], [list(x.stride()) for x in v]
+        shapes, strides = [_LISTS[x.shape] for x in v], [_LISTS[x.stride()] for x in v]
         return shapes, _dtype_name(first.dtype), strides, meta.device_text(first.device)
     return _shape(v), _dtype(v), meta.strides(v), _device(v)
+
+
+class _Shared(dict):
+    """``key -> make(key)``, made once and shared by every record that holds it (records are
+    never changed in place: :meth:`optimus_lens.core.trace.GraphSnapshot.copy`). Emptied at
+    4096 entries; a graph has a handful of shapes, dtypes and devices, so it stays small."""
+
+    def __init__(self, make: Callable[[Any], Any]):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: Any) -> Any:
+        if len(self) >= 4096:
+            self.clear()
+        got = self[key] = self.make(key)
+        return got
+
+
+#: shape or stride tuple (``torch.Size``, ``Tensor.stride()``: ints) -> its list, one per
+#: shape (the 21k-node towers graph has 11): a record adds no list of its own for the garbage
+#: collector to traverse (the first collection after a snapshot visits every container it made)
+_LISTS = _Shared(list)
+#: dtype -> :func:`_dtype_name`, device -> :func:`optimus_lens.core.meta.device_text`: one
+#: dict lookup a record instead of two cached calls
+_TEXTS = _Shared(lambda x: _dtype_name(x) if isinstance(x, torch.dtype) else meta.device_text(x))
 
 
 def module_path(node: Node) -> tuple[str | None, str | None]:
     """(dotted path, class name) of the innermost nn.Module that created ``node``, from
     ``meta["nn_module_stack"]``; (None, None) when the node has none."""
-    stack = node.meta.get("nn_module_stack")
+    return _module_of(node.meta.get("nn_module_stack"))
+
+
+def _module_of(stack: Any) -> tuple[str | None, str | None]:
+    """:func:`module_path` of an ``nn_module_stack`` (its innermost entry, a (path, class)
+    pair), memoised per entry: a rewrite's nodes share their site's entries (the Rewriter
+    carries the stack over), and the entry is a tuple, so equal entries give equal answers."""
     if not stack:
         return None, None
-    path, cls = next(reversed(stack.values()))
+    entry = next(reversed(stack.values()))
     try:
-        return _module_path(str(path), cls)
-    except TypeError:  # an unhashable class entry
-        return _module_path.__wrapped__(str(path), cls)
+        return _entry_module(entry)
+    except TypeError:  # an unhashable entry (a list, an unhashable class)
+        return _entry_module.__wrapped__(entry)
 
 
 @functools.lru_cache(maxsize=1 << 16)
+def _entry_module(entry: Any) -> tuple[str | None, str | None]:
+    path, cls = entry
+    return _module_path(str(path), cls)
+
+
 def _module_path(path: str, cls: Any) -> tuple[str | None, str | None]:
     path = _MODULE_PREFIX.sub("", path)
     path = re.sub(r"\._modules\['([^']*)'\]", r".\1", path)
@@ -219,8 +275,9 @@ def has_side_effects(node: Node, impure: dict | None = None) -> bool:
     torch). FX's own purity test (``Node.is_impure``, which reads the op's schema) decides
     for ops. Placeholders, ``get_attr`` and the output are not side effects here (the
     rebuilt graph places them first and last anyway). ``impure``: a per-target memo of
-    FX's test (the caller's, for one graph's recording), used where FX reads the target
-    alone (every target but a higher-order op, whose operands it reads)."""
+    what the target alone says (FX's test, a Python function from outside torch; the
+    caller's, for one graph's recording), used for every target but a higher-order op,
+    whose operands FX reads."""
     if node.op in ("placeholder", "output", "get_attr", "root"):
         return False
     if node.op == "call_function" and node.target is operator.getitem:  # a view of what it indexes:
@@ -229,19 +286,16 @@ def has_side_effects(node: Node, impure: dict | None = None) -> bool:
         return True
     if node.op != "call_function":
         return False
-    if _fx_impure(node, impure):
-        return True
-    t = node.target
-    if isinstance(t, types.FunctionType):
-        return (getattr(t, "__module__", None) or "").split(".")[0] not in _KNOWN_MODULES
-    return False
+    return _target_impure(node, impure)
 
 
-def _fx_impure(node: Node, memo: dict | None) -> bool:
-    """FX's ``Node.is_impure()`` of a call_function node (False where it raises),
-    memoised per target in ``memo`` (when given) for every target but a higher-order op:
-    for the others ``torch._library.utils.is_impure`` reads the target alone (its schema,
-    effect registration, random tag)."""
+def _target_impure(node: Node, memo: dict | None) -> bool:
+    """Whether a call_function node is a side effect by its target alone: FX's
+    ``Node.is_impure()`` (False where it raises), or a plain Python function from outside
+    the modules known not to hide effects (:data:`_KNOWN_MODULES`). Memoised per target
+    in ``memo`` (when given) for every target but a higher-order op: for the others
+    ``torch._library.utils.is_impure`` reads the target alone (its schema, effect
+    registration, random tag), and so does the module test."""
     t = node.target
     key = None if memo is None or isinstance(t, torch._ops.HigherOrderOperator) else t
     if key is not None:
@@ -255,6 +309,8 @@ def _fx_impure(node: Node, memo: dict | None) -> bool:
         got = bool(node.is_impure())
     except Exception:  # noqa: BLE001 - a target FX cannot judge is judged by the caller
         got = False
+    if not got and isinstance(t, types.FunctionType):
+        got = (getattr(t, "__module__", None) or "").split(".")[0] not in _KNOWN_MODULES
     if key is not None:
         memo[key] = got
     return got
@@ -272,7 +328,7 @@ class ProgramOrder:
         self.after: dict[Node, str | None] = {}
         self.effect: dict[Node, bool] = {}
         self.count = 0  # nodes with side effects, as of the last scan or change
-        self.impure: dict = {}  # target -> FX's purity test (see has_side_effects)
+        self.impure: dict = {}  # target -> what the target alone says (see has_side_effects)
 
     def is_effect(self, n: Node) -> bool:
         hit = self.effect.get(n)
@@ -280,9 +336,13 @@ class ProgramOrder:
             hit = self.effect[n] = has_side_effects(n, self.impure)
         return hit
 
-    def scan(self, graph: Graph) -> list[Node]:
+    def scan(self, graph: Graph, visit: Callable[[Node, str | None, bool], object] | None = None) -> list[Node]:
         """Recompute ``after`` for every node of ``graph``; returns the nodes whose value
-        changed (or is new)."""
+        changed (or is new). ``visit(node, after, effects)``, when given, is called for
+        every node in program order with its place (:func:`snapshot_graph` makes its
+        records in the same walk)."""
+        if not self.after and not self.effect:
+            return self._first_scan(graph, visit)
         changed = []
         last: str | None = None
         count = 0
@@ -291,11 +351,39 @@ class ProgramOrder:
             if after.get(n, "") != last:
                 changed.append(n)
                 after[n] = last
-            if self.is_effect(n):
+            effect = self.is_effect(n)
+            if visit is not None:
+                visit(n, last, effect)
+            if effect:
                 last = n.name
                 count += 1
         self.count = count
         return changed
+
+    def _first_scan(self, graph: Graph, visit: Callable[[Node, str | None, bool], object] | None) -> list[Node]:
+        """:meth:`scan` of an order that knows no node yet (every node is new, and its
+        effect is read for the first time), its tables built in one go at the end: filling
+        them node by node costs a cache miss a node in tables of the whole graph."""
+        nodes: list[Node] = []
+        places: list[str | None] = []
+        effects: list[bool] = []
+        last: str | None = None
+        count = 0
+        impure = self.impure
+        for n in graph.nodes:
+            effect = has_side_effects(n, impure)
+            nodes.append(n)
+            places.append(last)
+            effects.append(effect)
+            if visit is not None:
+                visit(n, last, effect)
+            if effect:
+                last = n.name
+                count += 1
+        self.after = dict(zip(nodes, places))
+        self.effect = dict(zip(nodes, effects))
+        self.count = count
+        return nodes
 
     def changed(self, graph: Graph, created: list[Node], erased: list[Node], touched: list[Node]) -> list[Node]:
         """After a step that created, erased and touched these nodes: the live nodes whose
@@ -335,40 +423,76 @@ def program_order(graph: Graph) -> ProgramOrder:
 def node_record(node: Node, order: ProgramOrder | None = None) -> NodeRecord:
     """One live FX node as a plain NodeRecord (see :class:`optimus_lens.core.trace.NodeRecord`);
     ``order`` is its graph's :class:`ProgramOrder` (looked up when not given)."""
-    shape, dtype, stride, device = _value_parts(meta.value(node))
-    mod, mod_type = module_path(node)
     if order is None:
         order = program_order(node.graph)
     if node not in order.after:
         order.scan(node.graph)
+    return _record(node, order.after.get(node), order.is_effect(node))
+
+
+def _record(node: Node, after: str | None, effects: bool) -> NodeRecord:
+    """:func:`node_record` of ``node`` whose place in program order is known (``after``,
+    ``effects``): every record of a snapshot and of a step's delta is made here, each field
+    read once, straight from ``node.meta``, ``_args`` and ``_kwargs`` (the objects FX's
+    ``args`` / ``kwargs`` return), with no call where a dict lookup answers."""
+    m = node.meta
+    value = m.get("example_value")  # meta.value: example_value, else val
+    shape, dtype, stride, device = _value_parts(m.get("val") if value is None else value)
+    stack = m.get("nn_module_stack")
+    mod, mod_type = _module_of(stack) if stack else (None, None)
+    op, target, seq_nr = node.op, node.target, m.get("seq_nr")
+    args, kwargs, inputs = node._args, node._kwargs, node._input_nodes
+    if op == "call_function":
+        try:
+            text = _function_name(target)  # target_name
+        except TypeError:  # an unhashable target
+            text = _function_name.__wrapped__(target)
+        target_module = op_module(target) if isinstance(target, _OPS) else None
+    else:
+        text, target_module = str(target), None
     return NodeRecord(
-        name=node.name,
-        op=node.op,
-        target=target_name(node),
-        args=_arg(node.args),
-        kwargs=_arg(dict(node.kwargs)) if node.kwargs else {},
-        inputs=[n.name for n in node._input_nodes],
-        shape=shape,
-        dtype=dtype,
-        module=mod,
-        module_type=mod_type,
-        source=source_of(node.meta.get("stack_trace")),
-        stride=stride,
-        device=device,
-        seq_nr=node.meta.get("seq_nr") if isinstance(node.meta.get("seq_nr"), int) else None,
-        from_node=origins(node),
-        after=order.after.get(node),
-        effects=order.is_effect(node),
-        target_module=op_module(node.target) if node.op == "call_function" else None,
+        node.name,
+        op,
+        text,
+        [_arg(a) for a in args] if args else _NONE,
+        {str(k): _arg(v) for k, v in kwargs.items()} if kwargs else _NO_KWARGS,
+        [n.name for n in inputs] if inputs else _NONE,
+        shape,
+        dtype,
+        mod,
+        mod_type,
+        source_of(m.get("stack_trace")),
+        stride,
+        device,
+        seq_nr if isinstance(seq_nr, int) else None,
+        origins(node) if m.get("from_node") else None,
+        after,
+        effects,
+        target_module,
     )
+
+
+_OPS = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)  # the targets op_module may name
+#: the arguments and inputs of a node with none (a placeholder), and the keyword arguments of
+#: a node with none: one object shared by every such record, as :data:`_LISTS`
+_NONE: list = []
+_NO_KWARGS: dict = {}
 
 
 def snapshot_graph(graph: Graph) -> GraphSnapshot:
     """The whole graph as a GraphSnapshot (O(nodes)); starts keeping ``graph``'s program
-    order (:class:`ProgramOrder`) for the deltas of later steps."""
+    order (:class:`ProgramOrder`) for the deltas of later steps. The records are made in
+    the same pass as the program order (:meth:`ProgramOrder.scan`), each while its node
+    is fresh in the cache: one walk over the graph's nodes and their metadata, not two."""
     order = keep(graph, _ORDER, ProgramOrder())
-    order.scan(graph)
-    return GraphSnapshot(node_record(n, order) for n in graph.nodes)
+    snapshot = GraphSnapshot()
+    nodes = snapshot.nodes
+
+    def visit(n: Node, after: str | None, effects: bool) -> None:
+        nodes[n.name] = _record(n, after, effects)
+
+    order.scan(graph, visit)
+    return snapshot
 
 
 class Recording:
