@@ -333,6 +333,17 @@ def touch_pieces(graph: Graph, pieces: Iterable[Node]) -> None:
     ge.tables = None
 
 
+def known_effectful(graph: Graph, node: Node) -> bool | None:
+    """Whether ``node`` writes, changes state or draws random numbers, as the analysis of
+    ``graph`` classified it when last read; None where it has not classified the node as it
+    is now (a node created or changed since, or no analysis yet): ask
+    :func:`optimus_lens.core.effects.effect` then. A dict look-up where the analysis is current."""
+    ge = kept(graph, _EFFECTS)
+    if ge is None or ge.pending is None or node in ge.pending:
+        return None
+    return node in ge.effectful
+
+
 def forget(graph: Graph) -> None:
     """Drop the cached analysis of ``graph`` (the next query rescans it)."""
     ge = kept(graph, _EFFECTS)

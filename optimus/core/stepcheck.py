@@ -299,9 +299,11 @@ class StepCheck(Listener):
     def notify_erased_each(self, nodes: list[Node]) -> None:
         self.erased.extend(nodes)
         kept = self.erased_args
+        known = aliasing.known_effectful
         for node in nodes:
             kept[node] = (node._args, node._kwargs)  # FX's own objects: it replaces them on erase
-            if effect(node).effectful:  # read now: an erased node has no arguments left
+            effectful = known(node.graph, node)  # read now: an erased node has no arguments left
+            if effectful or effectful is None and effect(node).effectful:
                 self.erased_effectful.append(node)
 
     def _inputs_of(self, n: Node) -> list[Node]:
