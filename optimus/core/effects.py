@@ -337,7 +337,11 @@ def _same_layout(x: Any, y: Any) -> bool:
 
 
 def writes_inputs(node: Node) -> bool:
-    """True when ``node`` writes into the storage of one of its inputs (:func:`effect`)."""
+    """True when ``node`` writes into the storage of one of its inputs (:func:`effect`). A
+    ``getitem`` never does (:func:`_resolve` answers it as an alias of what it indexes), so
+    it is answered without an effect query (the cleanups ask it of every piece they match)."""
+    if node.target is operator.getitem and node.op == "call_function":
+        return False
     return bool(effect(node).writes)
 
 

@@ -454,15 +454,11 @@ class Rewriter:
         has none), and in an ATen graph its provenance: AOTAutograd's ``seq_nr`` and FX's
         ``from_node``."""
         om, nm = old.meta, new.meta
-        keys = [k for k in CARRIED_META if k in om and k not in nm]
-        if not keys:
-            return
-        fresh = id(new) in self._fresh  # a node of this step: its metas go with it on a rollback
-        for k in keys:  # as set_meta, with one notice for all
+        fresh = id(new) in self._fresh  # a node of this step: its metas go with it on a rollback, and
+        for k in [k for k in CARRIED_META if k in om and k not in nm]:  # no analysis reads these keys
             if not fresh:
                 self._save_meta(new, k)
             nm[k] = om[k]
-        aliasing.touch(self.graph, (new,))
 
     def original_args(self, node: Node) -> tuple | None:
         """``node``'s arguments (``args``) before this step changed them, or None when the
