@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from optimus_lens.core import meta
 from optimus_lens.core.engine import Engine, PatternError, RunOptions
 from optimus_lens.core.index import find_cycle
 from optimus_lens.core.miss import Miss
@@ -398,3 +399,32 @@ def test_erase_each_erases_users_first_and_refuses_a_kept_use_before_any_change(
     assert fingerprint(c.gm.graph) == before
     rw.erase_each([*pieces, ub, pieces[0]])
     assert all(n._erased for n in (*pieces, ub)) and rw.erased[-4:] == [*pieces, ub]
+
+
+def test_the_final_layout_check_reads_again_a_move_whose_new_value_changed_after_it_was_made():
+    from optimus_lens.core.listener import LayoutCheck
+    from optimus_lens.core.strides import LayoutError
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    r = g.call_function(torch.relu, (x,))
+    v = g.call_method("view", (r, 32))
+    g.output(v)
+    mode = torch._subclasses.fake_tensor.FakeTensorMode()
+    x.meta["example_value"] = mode.from_tensor(torch.randn(4, 8))
+    for n in (r, v):
+        n.meta["example_value"] = meta.infer(n)
+    for changed_later in (False, True):
+        check = LayoutCheck()
+        rw = Rewriter(g, [check])
+        with rw.inserting_before(r):
+            t = rw.call(torch.tanh, x)
+        rw.replace_each([r], [t])  # equal strides: the view sees no difference
+        assert (r, t) in rw.same_strides
+        if changed_later:  # the replacement's value becomes a transposed one: the view would break
+            rw.set_meta(t, "example_value", mode.from_tensor(torch.randn(8, 4)).t())
+            with pytest.raises(LayoutError, match="view"):
+                check.verify(rw.same_strides)
+        else:
+            check.verify(rw.same_strides)
+        rw.rollback()

@@ -14,7 +14,7 @@ from optimus_lens.core import meta, record
 from optimus_lens.core.effects import _same_layout
 from optimus_lens.core.opschema import value_signature
 from optimus_lens.core.outputs import InputSpans, input_spans, output_overlaps, placeholder_spans
-from optimus_lens.core.strides import _contiguous_per_dim, _same_static_strides, _static_contiguous
+from optimus_lens.core.strides import _contiguous_per_dim, _static_contiguous, same_static_strides
 
 
 def _values():
@@ -83,10 +83,10 @@ def test_layouts_compare_equal_exactly_when_sizes_and_strides_are_equal():
         for b in vals:
             same = tuple(a.shape) == tuple(b.shape) and a.stride() == b.stride()
             assert _same_layout(a, b) == same
-            assert _same_static_strides(a, b) == (a.stride() == b.stride())
+            assert same_static_strides(a, b) == (a.stride() == b.stride())
     x = _dynamic(FakeTensorMode(shape_env=ShapeEnv()))
     assert not _same_layout(x, x)  # a symbolic size compares False
-    assert not _same_static_strides(torch.randn(3), torch.randn(3).to_sparse())
+    assert not same_static_strides(torch.randn(3), torch.randn(3).to_sparse())
 
 
 def _answer(f, v):

@@ -48,6 +48,7 @@ import torch
 from torch.fx import Node
 
 from optimus_lens.core import meta
+from optimus_lens.core.argscan import nodes_in
 from optimus_lens.core.meta import storages
 from optimus_lens.core.opschema import (
     NUMBER,
@@ -337,9 +338,8 @@ def _same_layout(x: Any, y: Any) -> bool:
 
 
 def writes_inputs(node: Node) -> bool:
-    """True when ``node`` writes into the storage of one of its inputs (:func:`effect`). A
-    ``getitem`` never does (:func:`_resolve` answers it as an alias of what it indexes), so
-    it is answered without an effect query (the cleanups ask it of every piece they match)."""
+    """True when ``node`` writes into the storage of one of its inputs (:func:`effect`); a
+    ``getitem`` never does (:func:`_resolve`: an alias of what it indexes), answered at once."""
     if node.target is operator.getitem and node.op == "call_function":
         return False
     return bool(effect(node).writes)
@@ -569,12 +569,6 @@ def _with_storage_aliases(node: Node, eff: NodeEffect) -> NodeEffect:
 # ----------------------------------------------------------------------------- schemas
 
 
-def _nodes_in(v: Any) -> list[Node]:
-    out: list[Node] = []
-    torch.fx.node.map_arg(v, out.append)
-    return out
-
-
 def _schema_effect(node: Node, ops: list, what: str) -> NodeEffect:
     """The effects of calling one of the overloads ``ops`` with ``node``'s arguments, read
     from their schemas' alias annotations and tags: the union over the overloads the call
@@ -593,7 +587,7 @@ def _schema_effect(node: Node, ops: list, what: str) -> NodeEffect:
             p = ps[i]
             if not (p.writes or p.returned):
                 continue
-            ns = _nodes_in(v)
+            ns = nodes_in(v)
             if p.writes:
                 writes.update(dict.fromkeys(ns))
             if p.returned:

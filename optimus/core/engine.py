@@ -43,6 +43,7 @@ from optimus_lens.core.search import (
 )
 from optimus_lens.core.stepcheck import StepCheck, UnsafeRewrite
 from optimus_lens.core.trace import PRE_GRAD, Delta, Step, Trace, VerifyResult
+from optimus_lens.core.views import refresh_views
 from optimus_lens.core.where import raised_in, source_of
 
 VERIFY_MODES = ("step", "end", "off")
@@ -449,9 +450,9 @@ class Engine:
             with rw.guarding(self.gm):
                 do(rw)
             rw.validate()
-            check.verify()
+            check.verify(rw.same_strides)
             safe.verify(self.gm.graph, rw.original_args)  # dtype, offsets, outputs, effects
-            rw.refresh_views()  # views of what the step replaced: their values in the new storage
+            refresh_views(rw)  # views of what the step replaced: their values in the new storage
         except Exception as e:  # noqa: BLE001 - any failure of the pattern is rolled back and reported
             rw.rollback()
             return self._failed(p, pattern, site, e, match_s, time.perf_counter() - t0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from torch.fx import Node
 
+from optimus_lens.core import meta
 from optimus_lens.core import strides as _layout
 
 
@@ -73,11 +74,31 @@ class LayoutCheck(Listener):
     def rolled_back(self) -> None:
         self.moves = []
 
-    def verify(self) -> None:
+    def verify(self, same_strides: dict | None = None) -> None:
+        """Raise :class:`~optimus_lens.core.strides.LayoutError` for the first move whose new value
+        a moved use would see with other strides. ``same_strides``: the Rewriter's pairs it found
+        with equal strides when it made the move (:attr:`Rewriter.same_strides`); one of them is
+        not read again while both nodes' arguments and example values are the objects it read
+        (then eager mode lays them out as it did: a node's answer to which input it returns is a
+        function of those, an erased node's is kept as it was)."""
+        same_strides = same_strides or {}
         for old, new, users in self.moves:
             if new._erased:
+                continue
+            seen = same_strides.get((old, new))
+            if seen is not None and _unchanged(old, seen[:3]) and _unchanged(new, seen[3:]):
                 continue
             live = [u for u in users if not u._erased and new in u._input_nodes]  # a dict: O(1)
             bad = _layout.broken_use(old, new, live)
             if bad is not None:
                 raise _layout.LayoutError(_layout.mismatch_message(old, new, *bad))
+
+
+def _unchanged(n: Node, seen: tuple) -> bool:
+    """Whether ``n``'s eager value is still the one read when ``seen`` = (arguments, example
+    value, eager value) was taken: the same example value, and the same arguments (or an erased
+    node, whose answer is kept), so the same input returned (if any) with the same value."""
+    args, value, eager = seen
+    if meta.value(n) is not value or not (n._erased or n._args is args):
+        return False
+    return eager is value or _layout.value(n) is eager

@@ -18,7 +18,6 @@ instead of half-recorded.
 from __future__ import annotations
 
 import operator
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,7 +30,6 @@ from torch.fx.node import map_arg
 from optimus_lens.core import aliasing, meta
 from optimus_lens.core import strides as _layout
 from optimus_lens.core.argscan import nodes_in, scan, swap_in, target_text
-from optimus_lens.core.effects import effect
 from optimus_lens.core.hooks import node_hooks
 from optimus_lens.core.index import find_cycle
 from optimus_lens.core.journal import MISSING, undo
@@ -68,11 +66,10 @@ class Rewriter:
         self._users_saved: set[int] = set()
         self._meta_saved: set[tuple[int, str]] = set()
         self.created: list[Node] = []
-        self._fresh: set[int] = (
-            set()
-        )  # ids of the created nodes: a rollback unlinks them, so their metas need no journal
+        self.created_ids: set[int] = set()  # ids of ``created``: a rollback unlinks them, their metas need no journal
         self._first_args: dict[Node, tuple] = {}  # each node's arguments before the step first changed them
         self.changed: dict[Node, None] = {}  # nodes whose inputs this step changed
+        self.same_strides: dict[tuple[Node, Node], tuple] = {}  # (old, new) -> what their equal strides were read from
         self.erased: list[Node] = []
         self._inside = 0
         self._guard: Callable | None = None  # the create hook of :meth:`guarding`, while open
@@ -121,7 +118,7 @@ class Rewriter:
             self._inside -= 1
         self._journal.append(("create", n))
         self.created.append(n)
-        self._fresh.add(id(n))
+        self.created_ids.add(id(n))
         self.changed[n] = None
         aliasing.touch(self.graph, (n,))
         if infer:
@@ -159,7 +156,7 @@ class Rewriter:
             self.changed[n] = None
             n.meta[key] = pieces[i]
         self.created.extend(out)
-        self._fresh.update(map(id, out))
+        self.created_ids.update(map(id, out))
         aliasing.touch_pieces(self.graph, out)
         for lst in self.listeners:
             lst.notify_inserted_each(out)
@@ -228,6 +225,9 @@ class Rewriter:
             users = list(old.users)
             if not users:
                 continue
+            if self._same_strides(old, new):  # no use can see a difference (broken_use's first test)
+                moves.append((old, new, users))
+                continue
             updates: list = []
             if _layout.broken_use(old, new, users, updates=updates) is not None or updates:
                 self._flush_moves(moves)  # this one needs copies or new example values downstream
@@ -236,6 +236,18 @@ class Rewriter:
             moves.append((old, new, users))
         self._flush_moves(moves)
         self.erase_each(olds)
+
+    def _same_strides(self, old: Node, new: Node) -> bool:
+        """Whether ``old`` and ``new`` have equal static strides as eager mode lays them out;
+        if so the pair is kept in ``same_strides`` with what that was read from (each node's
+        arguments and example value), so the step's final layout check
+        (:class:`~optimus_lens.core.listener.LayoutCheck`) need not read it again while those
+        are the same objects."""
+        vo, vn = _layout.value(old), _layout.value(new)
+        if not _layout.same_static_strides(vo, vn):
+            return False
+        self.same_strides[(old, new)] = (old._args, meta.value(old), vo, new._args, meta.value(new), vn)
+        return True
 
     def _flush_moves(self, moves: list[tuple[Node, Node, list[Node]]]) -> None:
         """Rewire every ``(old, new, users)`` of ``moves`` (as :meth:`_rewire` would, one move after
@@ -414,47 +426,12 @@ class Rewriter:
             self._meta_saved.add((id(node), key))
             self._journal.append(("meta", node, key, node.meta.get(key, MISSING)))
 
-    def refresh_views(self) -> list[Node]:
-        """Recompute the example value of every node this step rewired that may share its
-        storage with an input (a view: ``reshape``, ``getitem`` of a split, ...), and of the
-        views taken of those, so a view's value lies in the storage of what it views now,
-        not of the value it viewed before (which outputs overlap is read from those
-        storages). Journaled; a value that cannot be recomputed is kept. Returns the nodes
-        refreshed."""
-        created = set(self.created)
-        todo = deque(n for n in self.changed if not n._erased and n not in created)
-        seen: set[Node] = set()
-        done: list[Node] = []
-        while todo:
-            n = todo.popleft()
-            if n in seen or n.op not in ("call_function", "call_method"):
-                continue
-            seen.add(n)
-            if not effect(n).aliases:
-                continue
-            key, old = meta.value_key(n), meta.value(n)
-            try:
-                with aliasing.state_before(self.graph, n):
-                    got = meta.infer(n)
-            except Exception:  # noqa: BLE001 - keep the old value: the op's own checks ran when it was made
-                got = None
-            if old is None:
-                n.meta.pop(key, None)
-            else:
-                n.meta[key] = old
-            if got is None:
-                continue
-            self.set_meta(n, key, got)
-            done.append(n)
-            todo.extend(u for u in n.users if u not in seen)
-        return done
-
     def carry_meta(self, old: Node, new: Node) -> None:
         """Give ``new`` the source location and module path of the node it replaces (where it
         has none), and in an ATen graph its provenance: AOTAutograd's ``seq_nr`` and FX's
         ``from_node``."""
         om, nm = old.meta, new.meta
-        fresh = id(new) in self._fresh  # a node of this step: its metas go with it on a rollback, and
+        fresh = id(new) in self.created_ids  # a node of this step: its metas go with it on a rollback, and
         for k in [k for k in CARRIED_META if k in om and k not in nm]:  # no analysis reads these keys
             if not fresh:
                 self._save_meta(new, k)
@@ -523,7 +500,7 @@ class Rewriter:
         def on_create(n: Node) -> None:
             self._journal.append(("create", n))
             self.created.append(n)
-            self._fresh.add(id(n))
+            self.created_ids.add(id(n))
             mine.append(n)
             self.changed[n] = None
             aliasing.touch(self.graph, (n,))

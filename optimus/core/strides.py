@@ -222,7 +222,7 @@ def eager_strides(graph) -> int:
         olds = old if isinstance(old, (list, tuple)) else (old,)
         news = new if isinstance(new, (list, tuple)) else (new,)
         if len(olds) == len(news) and all(
-            _same_static_strides(a, b) or not isinstance(a, torch.Tensor) for a, b in zip(olds, news)
+            same_static_strides(a, b) or not isinstance(a, torch.Tensor) for a, b in zip(olds, news)
         ):
             continue
         n.meta[meta.value_key(n)] = new
@@ -311,7 +311,7 @@ def _contiguous_per_dim(t: torch.Tensor) -> bool:
     return True
 
 
-def _same_static_strides(a: Any, b: Any) -> bool:
+def same_static_strides(a: Any, b: Any) -> bool:
     """Equal strides, all plain ints (no symbolic comparison, which would add a guard); two
     FakeTensors with static layouts compare their kept records' strides."""
     ra = meta.layout_record(a)
@@ -338,7 +338,7 @@ def _broken(
     """The first use (with its reason) that sees ``new_v``'s layout where it saw
     ``old_v``'s; else None, with ``updates`` extended by the ``(node, value)`` of every
     node whose example value changes strides on the way (so metadata stays true)."""
-    if _same_static_strides(old_v, new_v):
+    if same_static_strides(old_v, new_v):
         return None  # the common case, decided without converting sizes
     if _lay(old_v) is None or _lay(new_v) is None or _lay(old_v) == _lay(new_v):
         return None
@@ -364,14 +364,14 @@ def _broken(
                     sub = _broken((g,), u_old[i], u_new[i], list(g.users), depth - 1, updates)
                     if sub is not None:
                         return u, f"{u.name} -> {g.name} -> {sub[0].name}: {sub[1]}"
-                    if not _same_static_strides(u_old[i], u_new[i]):
+                    if not same_static_strides(u_old[i], u_new[i]):
                         updates.append((g, u_new[i]))
             updates.append((u, u_new))
             continue
         sub = _broken((u,), u_old, u_new, list(u.users), depth - 1, updates)
         if sub is not None:
             return u, f"{u.name} -> {sub[0].name}: {sub[1]}" if sub[0] is not u else sub[1]
-        if not _same_static_strides(u_old, u_new):
+        if not same_static_strides(u_old, u_new):
             updates.append((u, u_new))
     return None
 
