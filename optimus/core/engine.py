@@ -349,7 +349,10 @@ class Engine:
         for k, members in todo:
 
             def still(n: Node, k=k) -> bool:
-                return not n._erased and n not in skipped and bool(n.users) and self._key(pattern, cache, n, p) == k
+                if n._erased or n in skipped or not n.users:
+                    return False
+                now = self._key(pattern, cache, n, p)
+                return now is k or now == k  # one object while its cached key stands (KeyCache)
 
             for subset in global_groups(members, self.index, opts, still):
                 if opts.profitable_only and not cast(Estimator, p.estimate)(self.gm, pattern.fuse, subset).profitable:

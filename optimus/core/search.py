@@ -129,11 +129,14 @@ class KeyCache(dict):
     def __init__(self, key: KeyFn):
         super().__init__()
         self.key = key
+        self._one: dict[Hashable, Hashable] = {}  # each key value once: equal keys are one object
 
     def __missing__(self, n: Node):
         k = self.key(n)
         if isinstance(k, Miss):
             k = None
+        elif k is not None:
+            k = self._one.setdefault(k, k)  # so that comparing a member's key with its class's is an identity test
         self[n] = k
         return k
 

@@ -46,6 +46,7 @@ from optimus_lens.passes.common import (
     REQUIRED,
     SIGMOID,
     TANH,
+    arg,
     bind_args,
     fusion_key,
     is_call,
@@ -438,7 +439,7 @@ class BatchUnary(BatchPattern):
         a = self.bound(nodes[0])
         kwargs = {k: a[k] for k, default in self.params if a[k] != default or type(a[k]) is not type(default)}
         with rw.inserting_before(nodes[0]):
-            x = rw.call(torch.stack, [self.bound(n)["input"] for n in nodes])
+            x = rw.call(torch.stack, [arg(n, 0, "input") for n in nodes])  # each member's bound input
             replace_with_getitems(rw, nodes, rw.call(torch.unbind, rw.call(self.canonical, x, **kwargs)))
 
 
