@@ -324,8 +324,8 @@ class Rewriter:
         saved = self._users_saved
         journal = self._journal
         for n in nodes:
-            for i in n._input_nodes:
-                if id(i) not in saved:
+            for i in n._input_nodes:  # as erase: an input with one user needs no saved order
+                if id(i) not in saved and len(i.users) > 1:
                     saved.add(id(i))
                     journal.append(("users", i, list(i.users)))
         for lst in self.listeners:
@@ -395,8 +395,9 @@ class Rewriter:
             raise RuntimeError(f"cannot erase {node.name}: it still has users {[u.name for u in node.users]}")
         if node._erased:
             return
-        for i in node._input_nodes:  # FX's dict of inputs
-            self._save_users(i)
+        for i in node._input_nodes:  # FX's dict of inputs; an input it is the only user of needs no
+            if len(i.users) > 1:  # saved order: the undo relinks it as that input's one user again
+                self._save_users(i)
         for lst in self.listeners:
             lst.notify_erased(node)
         self._journal.append(("erase", node, node.prev, node.args, node.kwargs))
