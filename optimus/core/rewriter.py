@@ -164,12 +164,14 @@ class Rewriter:
 
     def _new_node(self, op: str, target: Any, args: tuple, kwargs: dict, name: str | None) -> Node:
         """``Graph.create_node``; with no keyword arguments and no create hook but the guard's, the arguments
-        are set on the made node, so FX skips its walk for raw SymInts (~2 us a getitem; :meth:`create` refuses them)."""
+        are set on the made node by FX's core of the ``args`` setter (what ``Node.__init__`` calls), so FX skips
+        its walk for raw SymInts (:meth:`create` refuses them) and the setter's re-filing of the node in the
+        graph's (op, target) table (~3 us a getitem)."""
         hooks = getattr(self.graph.owning_module, "_create_node_hooks", None)
         if kwargs or not args or hooks and any(h is not self._guard for h in hooks):
             return self.graph.create_node(op, target, args, kwargs, name)
         n = self.graph.create_node(op, target, None, None, name)
-        n.args = args
+        n._update_args_kwargs(args, n._kwargs)
         return n
 
     def replace_all_uses(self, old: Node, new: Node, keep_layout: bool = True) -> Node:
