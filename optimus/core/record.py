@@ -98,11 +98,8 @@ def _shape(v: Any) -> Any:
 
 
 def _dtype(v: Any) -> str | None:
-    if isinstance(v, (list, tuple)) and v:
-        v = v[0]
-    if isinstance(v, torch.Tensor):
-        return _dtype_name(v.dtype)
-    return None
+    v = v[0] if isinstance(v, (list, tuple)) and v else v
+    return _dtype_name(v.dtype) if isinstance(v, torch.Tensor) else None
 
 
 @functools.lru_cache(maxsize=64)
@@ -111,11 +108,8 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _device(v: Any) -> str | None:
-    if isinstance(v, (list, tuple)) and v:
-        v = v[0]
-    if isinstance(v, torch.Tensor):
-        return meta.device_text(v.device)
-    return None
+    v = v[0] if isinstance(v, (list, tuple)) and v else v
+    return meta.device_text(v.device) if isinstance(v, torch.Tensor) else None
 
 
 def _value_parts(v: Any) -> tuple[Any, str | None, Any, str | None]:
@@ -123,19 +117,21 @@ def _value_parts(v: Any) -> tuple[Any, str | None, Any, str | None]:
     (:func:`_shape`, :func:`_dtype`, :func:`optimus_lens.core.meta.strides`,
     :func:`_device`), read in one go for a tensor with static sizes and strides, the
     common case (every record of a snapshot and of each step's delta reads them)."""
+    rec = meta.layout_record(v)  # a FakeTensor's, kept on it (one unbind's pieces share one)
+    if rec is not None:
+        return _LISTS[rec[0]], _TEXTS[rec[2]], _LISTS[rec[1]], rec[3]
     if isinstance(v, torch.Tensor) and not v._has_symbolic_sizes_strides:
-        dtype, device = v.dtype, v.device
-        shape, stride = _LISTS[v.shape], _LISTS[v.stride()]
-        return shape, _TEXTS[dtype], stride, _TEXTS[device]
-    if (
-        isinstance(v, (list, tuple))
-        and v
-        and all(isinstance(x, torch.Tensor) and not x._has_symbolic_sizes_strides for x in v)
-    ):  # the pieces of a split or unbind
-        first = v[0]
-        shapes, strides = [_LISTS[x.shape] for x in v], [_LISTS[x.stride()] for x in v]
-        return shapes, _dtype_name(first.dtype), strides, meta.device_text(first.device)
+        return _LISTS[v.shape], _TEXTS[v.dtype], _LISTS[v.stride()], _TEXTS[v.device]
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.Tensor) for x in v):  # split, unbind
+        recs = [meta.layout_record(x) or _static_parts(x) for x in v]
+        if all(recs):
+            return [_LISTS[r[0]] for r in recs], _TEXTS[recs[0][2]], [_LISTS[r[1]] for r in recs], recs[0][3]
     return _shape(v), _dtype(v), meta.strides(v), _device(v)
+
+
+def _static_parts(x: torch.Tensor) -> tuple | None:
+    """(shape, stride, dtype, device text) of a tensor with static sizes, as a layout record has them."""
+    return None if x._has_symbolic_sizes_strides else (tuple(x.shape), x.stride(), x.dtype, _TEXTS[x.device])
 
 
 class _Shared(dict):
