@@ -211,3 +211,35 @@ def test_the_input_a_linear_hint_reads_is_the_linears_operand():
         assert not isinstance(o, Miss), n.format_node()
         assert linear_input(n) is o.x is x, n.format_node()
     assert linear_input(b.call(torch.relu, x)) is None
+
+
+def test_a_call_s_signature_in_one_loop_equals_the_argument_walk():
+    import operator as op
+
+    from optimus_lens.core.opschema import arg_signature, call_signature
+
+    g = torch.fx.Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    mode = torch._subclasses.fake_tensor.FakeTensorMode()
+    x.meta["example_value"] = mode.from_tensor(torch.randn(4, 8))
+    y.meta["example_value"] = mode.from_tensor(torch.randn(8))
+    calls = [
+        ((x,), {"inplace": False}),
+        ((x, y, x), {}),
+        ((x, 2, 0.5, None, "s", True), {"dim": -1, "other": y}),
+        ((x, [y, x]), {}),  # nested: the walk
+        ((x, slice(0, 2)), {"k": (1, 2)}),
+        ((op.add,), {}),  # a callable constant
+    ]
+    for args, kwargs in calls:
+        want_slots: dict = {}
+        try:
+            want = (arg_signature(args, want_slots), arg_signature(kwargs, want_slots))
+        except TypeError:
+            want = None
+        got_slots: dict = {}
+        try:
+            got = call_signature(args, torch.fx.immutable_collections.immutable_dict(kwargs), got_slots)
+        except TypeError:
+            got = None
+        assert got == want and list(got_slots) == list(want_slots)

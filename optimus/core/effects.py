@@ -52,8 +52,8 @@ from optimus_lens.core.argscan import nodes_in
 from optimus_lens.core.meta import storages
 from optimus_lens.core.opschema import (
     NUMBER,
-    arg_signature,
     bind,
+    call_signature,
     holds_storage,
     loose,
     named_overloads,
@@ -181,7 +181,7 @@ def _resolve_shared(node: Node, value: Any) -> NodeEffect:
         return _resolve(node)
     slots: dict[Node, int] = {}
     try:
-        args, kwargs = arg_signature(node.args, slots), arg_signature(node.kwargs, slots)
+        args, kwargs = call_signature(node._args, node._kwargs, slots)
         order = list(slots)
         key = (node.op, node.target, args, kwargs, value_kind(value), shared_inputs(value, order))
         hit = _RESOLVED.get(key)

@@ -209,6 +209,38 @@ def arg_signature(v: Any, slots: dict) -> Any:
     return ("const", type(v).__name__, v)
 
 
+_ATOMIC = {int: "int", float: "float", bool: "bool", str: "str", type(None): "NoneType"}
+
+
+def call_signature(args: Any, kwargs: Any, slots: dict) -> tuple[Any, Any]:
+    """``(arg_signature(args, slots), arg_signature(kwargs, slots))`` of a call, the same
+    values, made in one loop each where the arguments are nodes and plain constants (a
+    tuple of them, a dict of them: most calls), else by :func:`arg_signature`."""
+    out: list = []
+    for v in args if type(args) is tuple else ():
+        t = type(v)
+        if t is Node:
+            out.append(("node", slots.setdefault(v, len(slots)), node_signature(v, meta.value(v))))
+        elif t in _ATOMIC:
+            out.append(("const", _ATOMIC[t], v))
+        else:
+            slots.clear()
+            return arg_signature(args, slots), arg_signature(kwargs, slots)
+    if type(args) is not tuple:
+        return arg_signature(args, slots), arg_signature(kwargs, slots)
+    kw: list = []
+    for k, v in kwargs.items():
+        t = type(v)
+        if t is Node:
+            kw.append((k, ("node", slots.setdefault(v, len(slots)), node_signature(v, meta.value(v)))))
+        elif t in _ATOMIC:
+            kw.append((k, ("const", _ATOMIC[t], v)))
+        else:
+            slots.clear()
+            return arg_signature(args, slots), arg_signature(kwargs, slots)
+    return ("tuple", tuple(out)), ("dict", tuple(kw))
+
+
 def node_signature(node: Node, ev: Any) -> Any:
     """:func:`value_signature` of ``ev``, ``node``'s example value, memoised on the node
     while its value stays the same object (a node is read as an input by each of its
@@ -225,6 +257,11 @@ def value_signature(ev: Any) -> Any:
     offset (elements; symbolic ones by their hints), dtype and device; a tuple of them for
     a tuple; a number by its value; anything else by its type. Raises ValueError for a
     symbolic size without hint."""
+    rec = meta.layout_record(ev)  # a FakeTensor's static layout, kept on it
+    if rec is not None:
+        off = ev.storage_offset()
+        if type(off) is int:
+            return ("t", rec[0], rec[1], off, rec[2], rec[3])
     if isinstance(ev, torch.Tensor):
         if not ev._has_symbolic_sizes_strides:  # the common, static case: plain ints
             off = ev.storage_offset()
