@@ -209,3 +209,38 @@ def test_a_view_the_kernel_refuses_or_of_a_tensor_with_history_is_dispatched(mod
     g = mode.from_tensor(torch.randn(4, 3, requires_grad=True))
     assert meta._viewed(torch.unsqueeze, (g, 0), {}) is None
     assert meta._viewed(torch.unsqueeze, (x,), {"dim": 0}) is None
+
+
+@pytest.mark.parametrize("target", [torch.relu, torch.tanh, torch.sigmoid])
+def test_a_pointwise_value_without_dispatch_equals_the_dispatched_one(mode, target):
+    x = mode.from_tensor(torch.randn(6, 4, 8))
+    n = _node_on([x], target, as_list=False)
+    assert meta._pointwise((x,), {}) is not None
+    got, want = meta.infer(n), _dispatched(n)
+    assert _state(got)[1:4] == _state(want)[1:4]  # attributes, dispatch keys, layout
+    assert meta.storage_key(got) not in (meta.storage_key(x), meta.storage_key(want))  # a fresh storage
+    t = mode.from_tensor(torch.randn(8, 4)).t()  # not contiguous, an int tensor, history: dispatched
+    i = mode.from_tensor(torch.arange(6))
+    g = mode.from_tensor(torch.randn(3, requires_grad=True))
+    assert meta._pointwise((t,), {}) is meta._pointwise((i,), {}) is meta._pointwise((g,), {}) is None
+
+
+@pytest.mark.parametrize("bias", [(6, 1, 8), (8,), (6, 4, 8), None])
+def test_a_batched_matmul_value_without_dispatch_equals_the_dispatched_one(mode, bias):
+    x = mode.from_tensor(torch.randn(6, 4, 5))
+    w = mode.from_tensor(torch.randn(6, 8, 5)).transpose(1, 2)  # (6, 5, 8), a view
+    args = (x, w) if bias is None else (mode.from_tensor(torch.randn(*bias)), x, w)
+    target = torch.bmm if bias is None else torch.baddbmm
+    g, ins = _graph(list(args))
+    n = g.call_function(target, tuple(ins))
+    assert meta._batched_matmul(args, {}) is not None
+    got, want = meta.infer(n), _dispatched(n)
+    assert _state(got)[1:4] == _state(want)[1:4]
+
+
+def test_a_batched_matmul_the_kernel_would_refuse_is_dispatched(mode):
+    x = mode.from_tensor(torch.randn(6, 4, 5))
+    w = mode.from_tensor(torch.randn(6, 4, 8))  # inner sizes differ
+    assert meta._batched_matmul((x, w), {}) is None
+    assert meta._batched_matmul((mode.from_tensor(torch.randn(6, 2, 8)), x, x.transpose(1, 2)), {}) is None
+    assert meta._batched_matmul((x.double(), x.transpose(1, 2)), {}) is None  # mixed dtypes
