@@ -339,8 +339,8 @@ def known_effectful(graph: Graph, node: Node) -> bool | None:
     is now (a node created or changed since, or no analysis yet): ask
     :func:`optimus_lens.core.effects.effect` then. A dict look-up where the analysis is current."""
     ge = kept(graph, _EFFECTS)
-    if ge is None or ge.pending is None or node in ge.pending:
-        return None
+    if ge is None or ge.pending is None or node in ge.pending or not ge.pending and graph._len != ge.seen_len:
+        return None  # not read, changed since, or the graph changed around the Rewriter (as refresh tells)
     return node in ge.effectful
 
 

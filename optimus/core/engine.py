@@ -169,16 +169,16 @@ class Engine:
             require_estimate(p)
         _layout.eager_strides(gm.graph)  # example values with eager mode's strides (eval dropout aliases)
         with gc_paused():  # both are O(nodes) new objects
-            self.trace = Trace(
+            self.index = GraphIndex(gm.graph)
+            aliasing.use_positions(gm.graph, self.index.pos)  # effects read program order from the index
+            aliasing.note_inputs(gm.graph, self.inputs)  # inputs that are views of one buffer alias
+            self.trace = Trace(  # its snapshot reads which nodes have effects off the analysis just made
                 model=model_name,
                 initial_graph=snapshot_graph(gm.graph if self.opts.record else Graph()),
                 passes=[p.to_json(p.name not in pipeline.disabled) for p in pipeline.passes],
                 capture=capture_info or {},
                 graph=graph,
             )
-            self.index = GraphIndex(gm.graph)
-        aliasing.use_positions(gm.graph, self.index.pos)  # effects read program order from the index
-        aliasing.note_inputs(gm.graph, self.inputs)  # inputs that are views of one buffer alias
         self.stages: list[tuple[str, GraphModule]] = []
         self._ref = None
         if self.opts.verify != "off":

@@ -26,6 +26,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import _get_qualified_name
 
 from optimus_lens.core import effects, meta
+from optimus_lens.core.aliasing import known_effectful
 from optimus_lens.core.hooks import node_hooks
 from optimus_lens.core.memo import keep, kept
 from optimus_lens.core.rewriter import Listener
@@ -278,7 +279,8 @@ def has_side_effects(node: Node, impure: dict | None = None) -> bool:
         return False
     if node.op == "call_function" and node.target is operator.getitem:  # a view of what it indexes:
         return False  # no write, state or random number, and FX calls it pure
-    if effects.has_side_effects(node):  # writes, state, random numbers, or unknown (a module call)
+    known = known_effectful(node.graph, node)  # the graph's effect analysis, where it has the node
+    if known or known is None and effects.has_side_effects(node):  # writes, state, random numbers, unknown
         return True
     if node.op != "call_function":
         return False
