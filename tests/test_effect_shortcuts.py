@@ -243,3 +243,30 @@ def test_a_call_s_signature_in_one_loop_equals_the_argument_walk():
         except TypeError:
             got = None
         assert got == want and list(got_slots) == list(want_slots)
+
+
+def test_a_fusion_miss_read_without_the_effect_of_a_node_known_pure_is_the_general_one(graphs):
+    """Every call node of the graphs (writes, aliases, identities, an output that is an
+    alias): the miss read with the analysis's shortcut (no effect built for a node it found
+    without effects) is the miss read from the node's effect."""
+    from optimus_lens.passes import common
+
+    def general(n: Node, ge: aliasing.GraphEffects) -> Miss | None:
+        e = effects.effect(n)
+        return (
+            common._member_miss(n, e, ge)
+            or common.fresh_output_miss(n)
+            or common._offset_miss(n, ge)
+            or (Miss("aliased output") if e.aliases and any(u.op == "output" for u in n.users) else None)
+        )
+
+    shortcuts = 0
+    for g in graphs:
+        ge = aliasing.analysis(g)
+        for n in _calls(g):
+            fast, slow = common._fusion_miss(n, ge), general(n, ge)
+            assert (fast is None) == (slow is None), n.format_node()
+            if fast is not None and "aliased output" not in str(slow):
+                assert str(fast) == str(slow), n.format_node()
+            shortcuts += aliasing.known_effectful(g, n) is False
+    assert shortcuts > 10

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.aliasing import GraphEffects, analysis, is_written
+from optimus_lens.core.aliasing import GraphEffects, analysis, is_written, known_effectful
 from optimus_lens.core.effects import NodeEffect, effect, writes_inputs
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.rewriter import Rewriter
@@ -164,9 +164,13 @@ def fusion_miss(node: Node) -> Miss | None:
 
 
 def _fusion_miss(node: Node, ge: GraphEffects) -> Miss | None:
-    """:func:`fusion_miss` with the graph's current analysis ``ge`` and the node's effect
-    read once."""
-    e = effect(node)
+    """:func:`fusion_miss` with the graph's current analysis ``ge``. The node's effect is read
+    once, and not at all where the analysis has classified the node as it is now and found
+    no effect (:func:`optimus_lens.core.aliasing.known_effectful` is False: a node that
+    writes is effectful, so it writes nothing) and no graph output uses it (the effect's
+    aliases matter only then): the same answers as reading it, without building it for
+    each of a pass's thousands of candidates."""
+    e = None if known_effectful(node.graph, node) is False else effect(node)
     return (
         _member_miss(node, e, ge) or fresh_output_miss(node) or _offset_miss(node, ge) or _aliased_output_miss(node, e)
     )
@@ -182,8 +186,8 @@ def member_miss(node: Node) -> Miss | None:
     return _member_miss(node, effect(node), analysis(node.graph))
 
 
-def _member_miss(node: Node, e: NodeEffect, ge: GraphEffects) -> Miss | None:
-    if e.writes:
+def _member_miss(node: Node, e: NodeEffect | None, ge: GraphEffects) -> Miss | None:
+    if e is not None and e.writes:  # None: known to have no effect
         return Miss(f"the op writes in place into {', '.join(w.name for w in e.writes)}")
     if ge.is_written(node):
         return Miss("its output (or a tensor sharing its storage) is written in place")
@@ -199,8 +203,8 @@ def _offset_miss(node: Node, ge: GraphEffects) -> Miss | None:
     return Miss(f"{use[0].name} reads its storage offset ({use[1]}); a fused member is a slice at another offset")
 
 
-def _aliased_output_miss(node: Node, e: NodeEffect) -> Miss | None:
-    if e.aliases and any(u.op == "output" for u in node.users):
+def _aliased_output_miss(node: Node, e: NodeEffect | None) -> Miss | None:
+    if any(u.op == "output" for u in node.users) and (e or effect(node)).aliases:
         return Miss("a graph output that aliases its input (a fused result would be a fresh tensor)")
     return None
 
