@@ -167,8 +167,8 @@ class Engine:
         self.opts = options or RunOptions()
         for p in pipeline.enabled():
             require_estimate(p)
-        _layout.eager_strides(gm.graph)  # example values with eager mode's strides (eval dropout aliases)
-        with gc_paused():  # both are O(nodes) new objects
+        with gc_paused():  # O(nodes) new objects
+            _layout.eager_strides(gm.graph)  # example values with eager mode's strides (eval dropout aliases)
             self.index = GraphIndex(gm.graph)
             aliasing.use_positions(gm.graph, self.index.pos)  # effects read program order from the index
             aliasing.note_inputs(gm.graph, self.inputs)  # inputs that are views of one buffer alias
