@@ -329,13 +329,14 @@ def test_the_simulated_repair_puts_every_node_where_the_engines_repair_does(seed
 
 
 def test_a_tensor_given_a_copy_of_another_ones_dict_reads_its_own_storage_key():
-    from optimus_lens.core.meta import _SKEY, storage_key
+    from optimus_lens.core.meta import _SKEY, _SKEY_OF, storage_key
 
     with MODE:
         x, y = torch.empty(4, 8), torch.empty(4, 8)
         v = x.view(-1)
     assert storage_key(x) == storage_key(v)  # read, and kept on the FakeTensor
-    y.__dict__[_SKEY] = x.__dict__[_SKEY]  # what a deep copy does: Tensor.__deepcopy__ copies __dict__
+    for k in (_SKEY, _SKEY_OF):  # what a deep copy does: Tensor.__deepcopy__ copies __dict__
+        y.__dict__[k] = x.__dict__[k]
     assert storage_key(y) != storage_key(x) and storage_key(y) == y.untyped_storage()._cdata
 
 

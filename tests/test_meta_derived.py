@@ -119,7 +119,7 @@ def test_unbind_with_autograd_history_or_in_inference_mode_is_dispatched(mode):
 def _state(t: FakeTensor) -> tuple:
     """What a FakeTensor is made of: its Python attributes (our kept storage key aside), the
     dispatch keys of its C-level tensor, its layout and storage, whether it requires grad."""
-    attrs = {k: v for k, v in t.__dict__.items() if k != meta._SKEY}
+    attrs = {k: v for k, v in t.__dict__.items() if k not in (meta._SKEY, meta._SKEY_OF)}
     return (type(t), attrs, torch._C._dispatch_keys(t), _layout(t), t.untyped_storage()._cdata)
 
 

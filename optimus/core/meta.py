@@ -282,7 +282,7 @@ def _views_of(x: FakeTensor, out: tuple) -> tuple:
     key = storage_key(x)
     if key is not None:
         for t in out:
-            t.__dict__[_SKEY] = (id(t), key)
+            _keep_storage_key(t, key)
     return out
 
 
@@ -481,21 +481,30 @@ def siblings(xs: Any) -> bool:
     )
 
 
-_SKEY = "_optimus_storage_key"  # (id, storage key) of a FakeTensor, kept on it: its storage never changes
+_SKEY = "_optimus_storage_key"  # the storage key of a FakeTensor, kept on it: its storage never changes
+_SKEY_OF = "_optimus_storage_key_of"  # the id of the tensor that kept it (not a deep copy, which copies ``__dict__``)
 
 
 def storage_key(t: Any) -> Any:
     """A hashable identity of a tensor's storage (FakeTensors too), or None. Kept on a
     FakeTensor once read: the example values of a graph are never ``set_`` to another
-    storage, and reading it costs a storage object each time."""
+    storage, and reading it costs a storage object each time. Kept as two plain entries of
+    the tensor's ``__dict__``, no pair: one tracked object fewer per tensor for the
+    garbage collector."""
     if type(t) is FakeTensor:
-        hit = t.__dict__.get(_SKEY)
-        if hit is not None and hit[0] == id(t):  # not a deep copy's (``__dict__`` is copied with it)
-            return hit[1]
+        d = t.__dict__
+        if d.get(_SKEY_OF) == id(t):
+            return d[_SKEY]
         k = _read_storage_key(t)
-        t.__dict__[_SKEY] = (id(t), k)
+        _keep_storage_key(t, k)
         return k
     return _read_storage_key(t)
+
+
+def _keep_storage_key(t: FakeTensor, key: Any) -> None:
+    d = t.__dict__
+    d[_SKEY] = key
+    d[_SKEY_OF] = id(t)
 
 
 def _read_storage_key(t: Any) -> Any:

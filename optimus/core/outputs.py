@@ -143,8 +143,12 @@ class InputSpans:
 
     def __init__(self, values: list[Any]):
         self.unreadable = False
-        self._values: dict[Any, list[tuple[int, Any]]] = {}  # storage key -> (placeholder index, value)
+        self._inputs = values
+        # storage key -> the index of its one placeholder, or the list of them (in order) where
+        # several share it: an int per input, not a pair and a list (a model has ~10k inputs)
+        self._values: dict[Any, int | list[int]] = {}
         self._spans: dict[Any, list[tuple[int, Any]] | None] = {}
+        index = self._values
         for j, v in enumerate(values):
             if not isinstance(v, torch.Tensor):
                 continue
@@ -152,7 +156,11 @@ class InputSpans:
             if k is None or not _plain_span(v) and _placeholder_span(v) is False:
                 self.unreadable = True
                 continue
-            self._values.setdefault(k, []).append((j, v))
+            had = index.setdefault(k, j)
+            if type(had) is list:
+                had.append(j)
+            elif had != j:
+                index[k] = [had, j]
 
     @classmethod
     def of_spans(cls, spans: list[Any]) -> InputSpans:
@@ -167,7 +175,8 @@ class InputSpans:
         order; None (and ``unreadable`` set) when one of their spans cannot be read."""
         got = self._spans.get(key, _UNSEEN)
         if got is _UNSEEN:
-            got = [(j, _placeholder_span(v)) for j, v in self._values.get(key, ())]
+            js = self._values.get(key, ())
+            got = [(j, _placeholder_span(self._inputs[j])) for j in ([js] if type(js) is int else js)]
             if any(t is False for _, t in got):
                 self.unreadable, got = True, None
             self._spans[key] = got
