@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import functools
 import operator
-import os
 import re
-import sys
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +27,7 @@ from optimus_lens.core import effects, meta
 from optimus_lens.core.aliasing import known_effectful
 from optimus_lens.core.hooks import node_hooks
 from optimus_lens.core.memo import keep, kept
+from optimus_lens.core.op_home import op_module
 from optimus_lens.core.rewriter import Listener
 from optimus_lens.core.trace import Delta, GraphSnapshot, NodeRecord, source_of
 
@@ -66,11 +65,11 @@ def _arg(a: Any) -> Any:
     if kind is _PLAIN:
         return a
     if kind is Node:
-        return {"node": a.name}
+        return _node_ref(a.name)
     if kind is list:
         return [_arg(x) for x in a]
     if isinstance(a, Node):
-        return {"node": a.name}
+        return _node_ref(a.name)
     if isinstance(a, (list, tuple)):
         return [_arg(x) for x in a]
     if isinstance(a, dict):
@@ -85,6 +84,20 @@ def _arg(a: Any) -> Any:
 
 
 _PLAIN = object()  # an argument written as it is
+#: ``{"node": name}`` by name, one object for every record that names the node (records are
+#: never changed in place, see :class:`_Shared`); emptied at 2**18 names
+_REFS: dict[str, dict[str, str]] = {}
+
+
+def _node_ref(name: str) -> dict[str, str]:
+    ref = _REFS.get(name)
+    if ref is None:
+        if len(_REFS) >= 1 << 18:
+            _REFS.clear()
+        ref = _REFS[name] = {"node": name}
+    return ref
+
+
 #: exact argument types :func:`_arg` answers first (a subclass takes the isinstance chain)
 _EXACT: dict[type, Any] = dict.fromkeys((int, float, bool, str, type(None)), _PLAIN)
 _EXACT.update({Node: Node, list: list, tuple: list})
@@ -210,49 +223,6 @@ def origins(node: Node) -> list[str] | None:
         else:
             out[str(getattr(src, "name", src))] = None
     return list(out) or None
-
-
-# --------------------------------------------------------------------------- custom ops
-
-
-def op_module(target: Any) -> str | None:
-    """The module that registers a custom operator ``target`` (an ``OpOverload`` or
-    ``OpOverloadPacket`` outside torch's own namespaces): the module of the function
-    ``torch.library.custom_op`` decorated, else the module whose file the dispatcher
-    names as the op's registration (``torch.library.Library.define``); ``"__main__"`` for
-    a script; None for torch's own ops, other targets, or an op whose registration no
-    loaded module holds. A rebuild imports it to resolve ``torch.ops.ns.name``."""
-    if not isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return None
-    return _op_module(target)
-
-
-@functools.lru_cache(maxsize=1024)
-def _op_module(target: Any) -> str | None:
-    qualname = target._qualified_op_name if isinstance(target, torch._ops.OpOverloadPacket) else target._schema.name
-    ns = qualname.split("::")[0]
-    if ns in ("aten", "prim", "prims", "quantized", "profiler", "inductor", "_c10d_functional", "c10d", "higher_order"):
-        return None
-    from torch._library.custom_ops import OPDEFS
-
-    opdef = OPDEFS.get(qualname)
-    if opdef is not None:
-        return getattr(opdef._init_fn, "__module__", None)
-    try:
-        dump = torch._C._dispatch_dump(qualname)
-    except RuntimeError:
-        return None
-    m = re.search(r"registered at (.+?):\d+", dump)
-    if not m:
-        return None
-    file = os.path.realpath(m.group(1))
-    if file.startswith(os.path.realpath(os.path.dirname(torch.__file__)) + os.sep):
-        return None  # registered by torch itself (its own ops, or a library helper)
-    for name, mod in list(sys.modules.items()):
-        f = getattr(mod, "__file__", None)
-        if f and os.path.realpath(f) == file:
-            return name
-    return None
 
 
 # --------------------------------------------------------------------------- program order
