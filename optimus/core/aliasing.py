@@ -106,6 +106,12 @@ class GraphEffects:
         self.version += 1
         return self
 
+    def classified(self, node: Node) -> bool | None:
+        """:func:`known_effectful` of ``node`` in this analysis's graph."""
+        if self.pending is None or node in self.pending or not self.pending and self.graph._len != self.seen_len:
+            return None  # not read, changed since, or the graph changed around the Rewriter (as refresh tells)
+        return node in self.effectful
+
     def pos(self, n: Node) -> int:
         """``n``'s position in program order: the engine's index when registered (a node
         it has not placed yet, during a step, raises KeyError), else the list order."""
@@ -139,7 +145,7 @@ class GraphEffects:
 
     def is_written(self, n: Node) -> bool:
         """Whether any node writes into ``n``'s storage (any alias of it), anywhere."""
-        return bool(self.written_classes(n))
+        return not self.quiet and bool(self.written_classes(n))
 
     def writers(self, cls: Any) -> list[tuple[int, Node]]:
         """(position, node) of each write to class ``cls``, in program order."""
@@ -339,9 +345,7 @@ def known_effectful(graph: Graph, node: Node) -> bool | None:
     is now (a node created or changed since, or no analysis yet): ask
     :func:`optimus_lens.core.effects.effect` then. A dict look-up where the analysis is current."""
     ge = kept(graph, _EFFECTS)
-    if ge is None or ge.pending is None or node in ge.pending or not ge.pending and graph._len != ge.seen_len:
-        return None  # not read, changed since, or the graph changed around the Rewriter (as refresh tells)
-    return node in ge.effectful
+    return None if ge is None else ge.classified(node)
 
 
 def forget(graph: Graph) -> None:

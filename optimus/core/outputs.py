@@ -12,8 +12,8 @@ input a step replaced (their example values still lie in the old input's storage
 from __future__ import annotations
 
 import heapq
-from operator import is_
 from collections.abc import Callable, Mapping
+from operator import is_
 from typing import Any, cast
 
 import torch
@@ -187,7 +187,10 @@ def _plain_span(v: torch.Tensor) -> bool:
     """Whether ``v``'s span can always be read (:func:`optimus_lens.core.aliasing.storage_span`
     of a strided, not nested tensor with static sizes, strides and offset and a storage):
     only such inputs have their spans read on demand; any other is read when the spans are
-    grouped, so an unreadable one is known before any output is asked about."""
+    grouped, so an unreadable one is known before any output is asked about. A FakeTensor's
+    kept layout record says so at once (:func:`optimus_lens.core.meta.layout_record`)."""
+    if meta.layout_record(v) is not None:
+        return True
     return v.layout == torch.strided and not v.is_nested and not v._has_symbolic_sizes_strides
 
 

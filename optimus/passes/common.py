@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from optimus_lens.core import meta
-from optimus_lens.core.aliasing import GraphEffects, analysis, is_written, known_effectful
+from optimus_lens.core.aliasing import GraphEffects, analysis, is_written
 from optimus_lens.core.effects import NodeEffect, effect, writes_inputs
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.rewriter import Rewriter
@@ -170,7 +170,7 @@ def _fusion_miss(node: Node, ge: GraphEffects) -> Miss | None:
     writes is effectful, so it writes nothing) and no graph output uses it (the effect's
     aliases matter only then): the same answers as reading it, without building it for
     each of a pass's thousands of candidates."""
-    e = None if known_effectful(node.graph, node) is False else effect(node)
+    e = None if ge.classified(node) is False else effect(node)
     return (
         _member_miss(node, e, ge) or fresh_output_miss(node) or _offset_miss(node, ge) or _aliased_output_miss(node, e)
     )
