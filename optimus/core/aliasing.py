@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 import operator
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -346,6 +346,12 @@ def known_effectful(graph: Graph, node: Node) -> bool | None:
     :func:`optimus_lens.core.effects.effect` then. A dict look-up where the analysis is current."""
     ge = kept(graph, _EFFECTS)
     return None if ge is None else ge.classified(node)
+
+
+def classifier(graph: Graph) -> Callable[[Node], bool | None]:
+    """:func:`known_effectful` for nodes of ``graph``, with the analysis looked up once."""
+    ge = kept(graph, _EFFECTS)
+    return ge.classified if ge is not None else lambda node: None
 
 
 def forget(graph: Graph) -> None:

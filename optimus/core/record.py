@@ -524,9 +524,18 @@ class RecordingListener(Listener):
     def notify_inserted(self, node: Node) -> None:
         self.rec.created.append(node)
 
+    def notify_inserted_each(self, nodes: list[Node]) -> None:
+        self.rec.created.extend(nodes)
+
     def notify_erased(self, node: Node) -> None:
         self.rec.erased.append(node)
         self.rec.erased_inputs.extend(node._input_nodes)
+
+    def notify_erased_each(self, nodes: list[Node]) -> None:
+        self.rec.erased.extend(nodes)
+        inputs = self.rec.erased_inputs
+        for n in nodes:
+            inputs.extend(n._input_nodes)
 
     def notify_replaced(self, old: Node, new: Node, users: list[Node]) -> None:
         self.rec.rewired.extend(users)

@@ -319,8 +319,8 @@ class Rewriter:
         nodes = [n for n in dict.fromkeys(nodes) if not n._erased]
         gone: set[Node] = set()
         for n in nodes:
-            kept = [u.name for u in n.users if u not in gone]
-            if kept:
+            if n.users and any(u not in gone for u in n.users):
+                kept = [u.name for u in n.users if u not in gone]
                 raise RuntimeError(f"cannot erase {n.name}: it still has users {kept}")
             gone.add(n)
         saved = self._users_saved
@@ -337,7 +337,7 @@ class Rewriter:
         self._inside += 1
         try:
             for n in nodes:
-                journal.append(("erase", n, n.prev, n.args, n.kwargs))
+                journal.append(("erase", n, n._prev, n._args, n._kwargs))  # what n.prev, .args, .kwargs read
                 erase(n)
                 changed.pop(n, None)
         finally:

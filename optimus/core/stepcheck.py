@@ -293,16 +293,21 @@ class StepCheck(Listener):
     def notify_inserted(self, node: Node) -> None:
         self.created.append(node)
 
+    def notify_inserted_each(self, nodes: list[Node]) -> None:
+        self.created.extend(nodes)
+
     def notify_erased(self, node: Node) -> None:
         self.notify_erased_each([node])
 
     def notify_erased_each(self, nodes: list[Node]) -> None:
         self.erased.extend(nodes)
+        if not nodes:
+            return
         kept = self.erased_args
-        known = aliasing.known_effectful
+        known = aliasing.classifier(nodes[0].graph)
         for node in nodes:
             kept[node] = (node._args, node._kwargs)  # FX's own objects: it replaces them on erase
-            effectful = known(node.graph, node)  # read now: an erased node has no arguments left
+            effectful = known(node)  # read now: an erased node has no arguments left
             if effectful or effectful is None and effect(node).effectful:
                 self.erased_effectful.append(node)
 
