@@ -270,3 +270,19 @@ def test_a_fusion_miss_read_without_the_effect_of_a_node_known_pure_is_the_gener
                 assert str(fast) == str(slow), n.format_node()
             shortcuts += aliasing.known_effectful(g, n) is False
     assert shortcuts > 10
+
+
+def test_a_storage_key_read_without_the_storage_object_is_the_storage_objects(graphs):
+    """Every example value of the graphs (views, pieces, placeholders) and a real tensor and
+    its view: the key is the ``_cdata`` of the value's ``untyped_storage()``."""
+    values = [torch.randn(4, 4), torch.randn(4, 4)[1:]]
+    for g in graphs:
+        for n in g.nodes:
+            v = meta.value(n)
+            values.extend(v if isinstance(v, (list, tuple)) else [v])
+    seen = 0
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.layout == torch.strided:
+            assert meta._read_storage_key(v) == v.untyped_storage()._cdata
+            seen += 1
+    assert seen > 20

@@ -511,9 +511,14 @@ def _read_storage_key(t: Any) -> Any:
     if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
         return None
     try:
-        return t.untyped_storage()._cdata
+        return _storage_id(t) if _storage_id is not None else t.untyped_storage()._cdata
     except Exception:  # noqa: BLE001 - tensors without storage (nested, functional wrappers)
         return None
+
+
+#: the address of a tensor's StorageImpl, which ``untyped_storage()._cdata`` also is, read
+#: without making the storage's Python object (half the time); absent from a torch without it
+_storage_id = getattr(torch._C, "_storage_id", None)
 
 
 def storages(v: Any) -> set:
