@@ -28,8 +28,14 @@ def value(node: Any) -> Any:
 
 
 def tensor(node: Any) -> torch.Tensor | None:
-    """The node's example value if it is a single tensor, else None."""
-    v = value(node)
+    """The node's example value if it is a single tensor, else None (:func:`value`, read
+    in place: the keys of a pass ask for tens of thousands)."""
+    if not isinstance(node, Node):
+        return None
+    m = node.meta
+    v = m.get("example_value")
+    if v is None:
+        v = m.get("val")
     return v if isinstance(v, torch.Tensor) else None
 
 
