@@ -51,6 +51,15 @@ class Listener:
             self.notify_erased(n)
 
 
+def swapped_input(node: Node, old_inputs: list[Node]) -> tuple[Node, Node] | None:
+    """``(old, new)`` when a change of ``node``'s arguments replaced exactly one input node
+    (``old_inputs``) by one other: the move of one use, as a listener records it; else None."""
+    now = node.all_input_nodes
+    gone = [i for i in old_inputs if i not in now]
+    came = [i for i in now if i not in old_inputs]
+    return (gone[0], came[0]) if len(gone) == 1 and len(came) == 1 else None
+
+
 class LayoutCheck(Listener):
     """The engine-level layout check, a Rewriter listener: collects every replacement of
     one step (all uses moved, one use moved, arguments changed in place) and, in
@@ -65,11 +74,9 @@ class LayoutCheck(Listener):
         self.moves.append((old, new, users))
 
     def notify_modified(self, node: Node, old_inputs: list[Node]) -> None:
-        now = node.all_input_nodes
-        gone = [i for i in old_inputs if i not in now]
-        came = [i for i in now if i not in old_inputs]
-        if len(gone) == 1 and len(came) == 1:
-            self.moves.append((gone[0], came[0], [node]))
+        swap = swapped_input(node, old_inputs)
+        if swap is not None:
+            self.moves.append((*swap, [node]))
 
     def rolled_back(self) -> None:
         self.moves = []

@@ -39,6 +39,7 @@ from torch.fx import Node
 
 from optimus_lens.core import aliasing, meta
 from optimus_lens.core.effects import alias_root, effect
+from optimus_lens.core.listener import swapped_input
 from optimus_lens.core.miss import Miss
 from optimus_lens.core.outputs import eager_tensor, output_chain, output_of, outputs_miss
 from optimus_lens.core.rewriter import Listener, Rewriter
@@ -337,11 +338,9 @@ class StepCheck(Listener):
         self.rewired.append(node)
         if node.op == "output":
             self.output_node = node
-        now = node.all_input_nodes
-        gone = [i for i in old_inputs if i not in now]
-        came = [i for i in now if i not in old_inputs]
-        if len(gone) == 1 and len(came) == 1:
-            self.moves.append((gone[0], came[0], [node]))
+        swap = swapped_input(node, old_inputs)
+        if swap is not None:
+            self.moves.append((*swap, [node]))
 
     def rolled_back(self) -> None:
         self.__init__(self.positions)  # type: ignore[misc]
