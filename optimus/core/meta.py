@@ -88,6 +88,14 @@ def layout_record(t: Any) -> tuple | None:
     return rec or None
 
 
+def static_strided(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a strided, not nested tensor with static sizes and strides (what a
+    layout record holds): read off a FakeTensor's kept record where it has one."""
+    if layout_record(t) is not None:
+        return True
+    return t.layout == torch.strided and not t.is_nested and not t._has_symbolic_sizes_strides
+
+
 def _read_layout(t: FakeTensor) -> tuple:
     """:func:`layout_record`'s reading (``()`` for a tensor that has no static record), one
     object per distinct record (:data:`_RECORDS`): a graph has a handful of layouts, so the

@@ -153,7 +153,9 @@ class InputSpans:
             if not isinstance(v, torch.Tensor):
                 continue
             k = meta.storage_key(v)  # the key of its span (aliasing.storage_span)
-            if k is None or not _plain_span(v) and _placeholder_span(v) is False:
+            # only a static strided input's span is read when an output asks for its storage;
+            # any other is read now, so an unreadable one is known before any output is asked about
+            if k is None or not meta.static_strided(v) and _placeholder_span(v) is False:
                 self.unreadable = True
                 continue
             had = index.setdefault(k, j)
@@ -181,17 +183,6 @@ class InputSpans:
                 self.unreadable, got = True, None
             self._spans[key] = got
         return cast(Any, got)
-
-
-def _plain_span(v: torch.Tensor) -> bool:
-    """Whether ``v``'s span can always be read (:func:`optimus_lens.core.aliasing.storage_span`
-    of a strided, not nested tensor with static sizes, strides and offset and a storage):
-    only such inputs have their spans read on demand; any other is read when the spans are
-    grouped, so an unreadable one is known before any output is asked about. A FakeTensor's
-    kept layout record says so at once (:func:`optimus_lens.core.meta.layout_record`)."""
-    if meta.layout_record(v) is not None:
-        return True
-    return v.layout == torch.strided and not v.is_nested and not v._has_symbolic_sizes_strides
 
 
 def input_spans(graph) -> InputSpans:

@@ -293,12 +293,8 @@ def _static_contiguous(t: torch.Tensor) -> bool:
     """Contiguous, decided on plain-int sizes and strides only (False when any is symbolic).
     A non-empty strided (not nested) tensor with static sizes and strides asks ATen's own
     flag, which is this rule (size-1 dims skipped); any other is read dim by dim (ATen
-    calls every empty tensor contiguous). A FakeTensor's kept layout record says the first
-    three at once (:func:`optimus_lens.core.meta.layout_record`)."""
-    static = meta.layout_record(t) is not None or (
-        t.layout == torch.strided and not t.is_nested and not t._has_symbolic_sizes_strides
-    )
-    if static and t.numel() > 0:
+    calls every empty tensor contiguous). The first three: :func:`optimus_lens.core.meta.static_strided`."""
+    if meta.static_strided(t) and t.numel() > 0:
         return t.is_contiguous()
     return _contiguous_per_dim(t)
 
